@@ -1,0 +1,34 @@
+#!/bin/sh
+# Make sure the system pieces the project runs on exist:
+#   - PostgreSQL server binaries (initdb, pg_ctl), for the private cluster;
+#   - a Java 17+ runtime, for Spark.
+# As root on Debian/Ubuntu they are installed from the distribution's packages;
+# anywhere else a missing piece stops here with a message saying what to install.
+set -eu
+
+have_pg_bins() {
+    command -v initdb >/dev/null 2>&1 && return 0
+    if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then return 0; fi
+    for d in /usr/lib/postgresql/*/bin; do [ -x "$d/initdb" ] && return 0; done
+    return 1
+}
+
+have_java() { command -v java >/dev/null 2>&1; }
+
+can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+
+missing=""
+have_pg_bins || missing="$missing postgresql"
+have_java || missing="$missing openjdk-17-jre-headless"
+
+[ -n "$missing" ] || exit 0
+if can_apt; then
+    echo "installing from Debian packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+else
+    echo "missing:$missing" >&2
+    echo "Install them with your package manager (Debian/Ubuntu: apt-get install$missing;" >&2
+    echo "macOS: brew install postgresql@15 openjdk@17)." >&2
+    exit 1
+fi

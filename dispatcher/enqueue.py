@@ -1,0 +1,81 @@
+"""``enqueue``: write one effect inside the caller's own transaction.
+
+For producers that are not Spark (a web app committing an order and its
+"order.created" webhook together). Idempotent on the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from dispatcher.errors import UnknownEndpoint
+from dispatcher.sqlfile import queries_beside
+from dispatcher.validation import (
+    MAX_ORDERING_KEY_CHARS,
+    MAX_RECIPIENT_CHARS,
+    check_endpoint_name,
+    check_key,
+    check_not_before,
+    check_optional_text,
+    payload_bytes,
+    payload_sha256,
+)
+
+_Q = queries_beside(__file__, "enqueue.sql")
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueued:
+    key: str
+    new: bool
+    # True when the key was already known with a different payload: the new
+    # payload was NOT stored (the first one wins), and the caller should know.
+    payload_mismatch: bool
+
+
+def enqueue(
+    conn: Connection,
+    *,
+    key: str,
+    endpoint: str,
+    payload: Mapping[str, Any] | str,
+    recipient: str | None = None,
+    ordering_key: str | None = None,
+    not_before: dt.datetime | None = None,
+) -> Enqueued:
+    """Record an effect in the caller's transaction; nothing is sent until it commits.
+
+    Raises ``InvalidEffect`` (naming the field and the fix) before writing
+    anything when the input breaks the contract.
+    """
+    key = check_key(key)
+    endpoint = check_endpoint_name(endpoint)
+    data = payload_bytes(payload)
+    recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
+    ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
+    not_before = check_not_before(not_before)
+    if conn.execute(_Q["endpoint_exists"], {"endpoint": endpoint}).first() is None:
+        raise UnknownEndpoint(endpoint)
+    digest = payload_sha256(data)
+    inserted = conn.execute(
+        _Q["insert_effect"],
+        {
+            "key": key,
+            "endpoint": endpoint,
+            "recipient": recipient,
+            "payload": data.decode("utf-8"),
+            "payload_sha256": digest,
+            "ordering_key": ordering_key,
+            "not_before": not_before,
+        },
+    ).first()
+    if inserted is not None:
+        conn.execute(_Q["notify_enqueued"])
+        return Enqueued(key=key, new=True, payload_mismatch=False)
+    stored = conn.execute(_Q["stored_payload_sha256"], {"key": key}).scalar()
+    return Enqueued(key=key, new=False, payload_mismatch=stored is not None and stored != digest)

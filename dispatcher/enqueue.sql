@@ -1,0 +1,25 @@
+-- name: endpoint_exists
+-- Producers name endpoints; an unknown name is refused before anything is written.
+SELECT 1 FROM endpoints WHERE name = :endpoint;
+
+-- name: insert_effect
+-- Idempotent on the key: a second enqueue of the same key inserts nothing and
+-- returns nothing, so the caller learns whether the effect is new.
+INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256,
+                     ordering_key, next_attempt_at)
+SELECT :key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
+       :ordering_key, COALESCE(:not_before, now())
+WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :key)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: stored_payload_sha256
+-- For an existing key: the stored payload's hash (from the ledger if purged).
+SELECT payload_sha256 FROM effects WHERE idempotency_key = :key
+UNION ALL
+SELECT payload_sha256 FROM key_ledger WHERE idempotency_key = :key
+LIMIT 1;
+
+-- name: notify_enqueued
+-- Wakes dispatchers at COMMIT (NOTIFY is transactional: nothing is sent on rollback).
+SELECT pg_notify('outbox_effects', 'enqueued');

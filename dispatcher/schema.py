@@ -1,0 +1,297 @@
+"""The outbox schema as SQLAlchemy Core tables: the single description of it.
+
+Alembic revisions in ``migrations/`` are written from these tables (a test runs
+``alembic check`` so the two never drift). Runtime SQL lives in ``*.sql`` files
+next to the code that runs it; these tables give it names and types.
+
+Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
+(``leased``), then *delivered*, *retried* (back to ``pending`` with a later
+``next_attempt_at``), *dead* or *cancelled*. A batch is *staged*, then
+*committed* (its row in ``batches`` is the commit marker).
+
+A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
+whose ``next_attempt_at`` has passed is claimable again. One partial index,
+``ix_effects_due``, therefore serves both first claims and expired-lease reclaims.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled")
+ENDPOINT_KINDS = ("webhook", "email")
+ROLES = ("support", "operator")
+
+NOW = sa.text("now()")
+
+
+def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> sa.Column[object]:
+    return sa.Column(
+        name,
+        sa.DateTime(timezone=True),
+        nullable=nullable,
+        server_default=NOW if default_now else None,
+    )
+
+
+endpoints = sa.Table(
+    "endpoints",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    # webhook
+    sa.Column("url", sa.Text),
+    sa.Column("signing_secret", sa.Text),
+    # email
+    sa.Column("smtp_host", sa.Text),
+    sa.Column("smtp_port", sa.Integer),
+    sa.Column("smtp_tls", sa.Text, nullable=False, server_default="none"),
+    sa.Column("smtp_username", sa.Text),
+    sa.Column("smtp_password", sa.Text),
+    sa.Column("mail_from", sa.Text),
+    # delivery policy
+    sa.Column("timeout_s", sa.Float, nullable=False, server_default="10"),
+    sa.Column("retry_schedule_s", pg.ARRAY(sa.Float)),  # NULL: the dispatcher's default
+    sa.Column("rate_limit_per_s", sa.Float),  # NULL: unlimited
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("paused_reason", sa.Text),
+    _ts("paused_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    sa.CheckConstraint(f"kind IN {ENDPOINT_KINDS!r}", name="kind"),
+    sa.CheckConstraint("smtp_tls IN ('none', 'starttls', 'tls')", name="smtp_tls"),
+    sa.CheckConstraint(
+        "kind <> 'webhook' OR (url IS NOT NULL AND signing_secret IS NOT NULL)",
+        name="webhook_has_url_and_secret",
+    ),
+    sa.CheckConstraint(
+        "kind <> 'email' OR (smtp_host IS NOT NULL AND smtp_port IS NOT NULL "
+        "AND mail_from IS NOT NULL)",
+        name="email_has_smtp",
+    ),
+    sa.CheckConstraint("timeout_s > 0", name="timeout_positive"),
+)
+
+# The batch-commit marker. Its insert is the fence: the unique (job, batch_id)
+# lets exactly one attempt of a batch commit.
+batches = sa.Table(
+    "batches",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("batch_id", sa.Text, nullable=False),
+    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("spark_app_id", sa.Text),
+    _ts("committed_at", nullable=False, default_now=True),
+    sa.Column("result_rows", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("effects_total", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("effects_new", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("effects_deduplicated", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("payload_mismatches", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("rejects", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("duration_s", sa.Float),
+    sa.UniqueConstraint("job", "batch_id"),
+    sa.Index(None, "job", "committed_at"),
+)
+
+# The outbox. No foreign key to endpoints on purpose: endpoints are never
+# deleted (only disabled), names are checked on the way in, and a per-row
+# RI trigger would cost the one-transaction batch merge dearly.
+effects = sa.Table(
+    "effects",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("job", sa.Text),  # NULL for effects enqueued outside Spark
+    sa.Column("batch_id", sa.Text),
+    sa.Column("endpoint", sa.Text, nullable=False),
+    sa.Column("recipient", sa.Text),
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("payload_sha256", sa.Text, nullable=False),
+    sa.Column("ordering_key", sa.Text),
+    sa.Column("state", sa.Text, nullable=False, server_default="pending"),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    _ts("next_attempt_at", nullable=False, default_now=True),
+    sa.Column("lease_owner", sa.Text),
+    sa.Column("lease_token", pg.UUID(as_uuid=True)),
+    _ts("lease_expires_at"),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("updated_at", nullable=False, default_now=True),
+    _ts("delivered_at"),
+    sa.Column("last_error", sa.Text),
+    sa.UniqueConstraint("idempotency_key"),
+    sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
+    sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
+    sa.CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_is_object"),
+    sa.CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    sa.CheckConstraint("(job IS NULL) = (batch_id IS NULL)", name="job_and_batch_together"),
+    # Claiming: due rows only, in due order. Small, because finished rows leave it.
+    sa.Index(
+        "ix_effects_due",
+        "next_attempt_at",
+        postgresql_where=sa.text("state IN ('pending', 'leased')"),
+    ),
+    # Audit lookups.
+    sa.Index(None, "job", "batch_id"),
+    sa.Index(None, "endpoint", "created_at"),
+    sa.Index(None, "recipient", "created_at", postgresql_where=sa.text("recipient IS NOT NULL")),
+    sa.Index(None, "state", "created_at"),
+)
+
+delivery_attempts = sa.Table(
+    "delivery_attempts",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column(
+        "effect_id",
+        sa.BigInteger,
+        sa.ForeignKey("effects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker_id", sa.Text, nullable=False),
+    sa.Column("lease_token", pg.UUID(as_uuid=True)),
+    _ts("started_at", nullable=False),
+    sa.Column("duration_ms", sa.Float, nullable=False),
+    # delivered | retry | dead | gone | stale (the lease had been lost)
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("status_code", sa.Integer),
+    sa.Column("error_class", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Column("response_excerpt", sa.Text),
+    sa.Index(None, "effect_id", "attempt"),
+    sa.Index(None, "started_at"),
+)
+
+# A delivered key stays known here after its effect row and payload are purged
+# by retention, so it is never sent again.
+key_ledger = sa.Table(
+    "key_ledger",
+    metadata,
+    sa.Column("idempotency_key", sa.Text, primary_key=True),
+    sa.Column("endpoint", sa.Text, nullable=False),
+    sa.Column("payload_sha256", sa.Text, nullable=False),
+    _ts("delivered_at", nullable=False),
+)
+
+rejects = sa.Table(
+    "rejects",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("batch_id", sa.Text, nullable=False),
+    sa.Column("attempt_id", pg.UUID(as_uuid=True)),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("raw_row", pg.JSONB, nullable=False),
+    _ts("rejected_at", nullable=False, default_now=True),
+    sa.Index(None, "job", "batch_id"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("role", sa.Text, nullable=False),
+    # sha256 of the token: tokens are long random strings, so a fast hash is enough.
+    sa.Column("token_sha256", sa.Text, nullable=False, unique=True),
+    _ts("created_at", nullable=False, default_now=True),
+    _ts("last_used_at"),
+    _ts("revoked_at"),
+    sa.CheckConstraint(f"role IN {ROLES!r}", name="role"),
+)
+
+# Append-only: a trigger installed by the migration refuses UPDATE and DELETE.
+operator_actions = sa.Table(
+    "operator_actions",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _ts("at", nullable=False, default_now=True),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("details", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Index(None, "at"),
+)
+
+worker_heartbeats = sa.Table(
+    "worker_heartbeats",
+    metadata,
+    sa.Column("worker_id", sa.Text, primary_key=True),
+    sa.Column("hostname", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    _ts("started_at", nullable=False, default_now=True),
+    _ts("last_seen_at", nullable=False, default_now=True),
+    sa.Column("in_flight", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("delivered", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("failed", sa.BigInteger, nullable=False, server_default="0"),
+    _ts("stopped_at"),
+)
+
+# Staging for the batch commit: UNLOGGED (re-creatable, no WAL), unindexed but
+# for the attempt id, tagged with the attempt that wrote them.
+staged_effects = sa.Table(
+    "staged_effects",
+    metadata,
+    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("idempotency_key", sa.Text),
+    sa.Column("endpoint", sa.Text),
+    sa.Column("recipient", sa.Text),
+    sa.Column("payload", sa.Text),  # validated and cast to jsonb by the merge
+    sa.Column("ordering_key", sa.Text),
+    sa.Column("not_before", sa.DateTime(timezone=True)),
+    sa.Column("reject_reason", sa.Text),  # set by the executor when the row breaks the contract
+    sa.Index(None, "attempt_id"),
+    prefixes=["UNLOGGED"],
+)
+
+# Result rows of any results table, as jsonb, applied with jsonb_populate_record.
+staged_results = sa.Table(
+    "staged_results",
+    metadata,
+    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("row", pg.JSONB, nullable=False),
+    sa.Index(None, "attempt_id"),
+    prefixes=["UNLOGGED"],
+)
+
+# Attempts that began staging; a row left here long after is an abandoned attempt.
+staging_attempts = sa.Table(
+    "staging_attempts",
+    metadata,
+    sa.Column("attempt_id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("batch_id", sa.Text, nullable=False),
+    _ts("started_at", nullable=False, default_now=True),
+)
+
+# The example job's results: one invoice per customer per day.
+invoices = sa.Table(
+    "invoices",
+    metadata,
+    sa.Column("invoice_id", sa.Text, primary_key=True),
+    sa.Column("customer_id", sa.Text, nullable=False),
+    sa.Column("invoice_date", sa.Date, nullable=False),
+    sa.Column("currency", sa.Text, nullable=False),
+    sa.Column("amount", sa.Numeric(18, 4), nullable=False),
+    sa.Column("units", sa.BigInteger, nullable=False),
+    sa.Column("event_count", sa.BigInteger, nullable=False),
+    sa.Column("customer_email", sa.Text),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("batch_id", sa.Text, nullable=False),
+    _ts("updated_at", nullable=False, default_now=True),
+    sa.Index(None, "customer_id", "invoice_date"),
+)

@@ -1,0 +1,125 @@
+"""Settings: one object per process, built at the entry point and passed down.
+
+Every setting comes from the environment (``OUTBOX_*``, plus ``DATABASE_URL``);
+CLI flags override it. Nothing here is read at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dispatcher.errors import ConfigurationError
+
+# Svix's schedule: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{name}={raw!r} is not a number; set it to e.g. {default}"
+        ) from exc
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{name}={raw!r} is not an integer; set it to e.g. {default}"
+        ) from exc
+
+
+def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name, "")
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _networks(
+    env: Mapping[str, str], name: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for item in _env_list(env, name):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{name}: {item!r} is not a network; write CIDR like 127.0.0.0/8 or 10.1.2.0/24"
+            ) from exc
+    return tuple(networks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a process needs to know, in one immutable place."""
+
+    # Empty means: start (or reuse) the private PostgreSQL cluster.
+    database_url: str = ""
+    # Where the private cluster and other local state live.
+    state_dir: Path = Path(".outbox")
+    # Dispatcher.
+    worker_id: str = ""
+    concurrency: int = 64
+    claim_batch_size: int = 100
+    lease_seconds: float = 60.0
+    poll_interval_s: float = 1.0
+    shutdown_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
+    retry_after_cap_s: float = 3600.0
+    http_timeout_s: float = 10.0
+    # Destinations in these networks pass the SSRF guard (empty: public only).
+    ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # API.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    # Payload fields masked for the support role (dotted paths, e.g. "customer.email").
+    sensitive_fields: tuple[str, ...] = ()
+    log_format: str = "json"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        defaults = cls()
+        settings = cls(
+            database_url=env.get("DATABASE_URL", ""),
+            state_dir=Path(env.get("OUTBOX_STATE_DIR", str(defaults.state_dir))),
+            worker_id=env.get("OUTBOX_WORKER_ID", ""),
+            concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
+            claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
+            lease_seconds=_env_float(env, "OUTBOX_LEASE_SECONDS", defaults.lease_seconds),
+            poll_interval_s=_env_float(env, "OUTBOX_POLL_INTERVAL_S", defaults.poll_interval_s),
+            shutdown_timeout_s=_env_float(
+                env, "OUTBOX_SHUTDOWN_TIMEOUT_S", defaults.shutdown_timeout_s
+            ),
+            heartbeat_interval_s=_env_float(
+                env, "OUTBOX_HEARTBEAT_INTERVAL_S", defaults.heartbeat_interval_s
+            ),
+            retry_schedule_s=tuple(float(x) for x in _env_list(env, "OUTBOX_RETRY_SCHEDULE_S"))
+            or defaults.retry_schedule_s,
+            retry_after_cap_s=_env_float(
+                env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
+            ),
+            http_timeout_s=_env_float(env, "OUTBOX_HTTP_TIMEOUT_S", defaults.http_timeout_s),
+            ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
+            api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
+            api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
+            sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),
+            log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
+            log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
+        )
+        return dataclasses.replace(settings, **overrides) if overrides else settings

@@ -1,0 +1,104 @@
+"""``outbox db``: the private PostgreSQL cluster and the schema."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from dispatcher import db
+from dispatcher.pgcluster import PrivateCluster
+from dispatcher.settings import Settings
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("db", help="start/stop the private PostgreSQL, migrate the schema")
+    cmds = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    cmds.add_parser("start", help="start (or reuse) the private cluster").set_defaults(
+        handler=start
+    )
+    cmds.add_parser("stop", help="stop the private cluster").set_defaults(handler=stop)
+    cmds.add_parser("status", help="is the private cluster running?").set_defaults(handler=status)
+    cmds.add_parser(
+        "url", help="print the database URL (starts the cluster if need be)"
+    ).set_defaults(handler=url)
+    up = cmds.add_parser("upgrade", help="migrate the schema (default: to head)")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(handler=upgrade)
+    down = cmds.add_parser("downgrade", help="migrate the schema down to REVISION")
+    down.add_argument("revision")
+    down.set_defaults(handler=downgrade)
+    cmds.add_parser("current", help="print the schema revision").set_defaults(handler=current)
+    sql = cmds.add_parser("sql", help="print the DDL of the schema, without connecting")
+    sql.set_defaults(handler=print_sql)
+
+
+def start(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.database_url:
+        print(
+            f"DATABASE_URL is set ({db.redact(settings.database_url)}): no private cluster needed"
+        )
+        return 0
+    info = PrivateCluster(settings.state_dir).ensure_running()
+    print(f"PostgreSQL running on 127.0.0.1:{info.port}, data in {info.data_dir}")
+    return 0
+
+
+def stop(args: argparse.Namespace, settings: Settings) -> int:
+    stopped = PrivateCluster(settings.state_dir).stop()
+    print("stopped" if stopped else "not running")
+    return 0
+
+
+def status(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.database_url:
+        print(f"using DATABASE_URL: {db.redact(settings.database_url)}")
+        return 0
+    cluster = PrivateCluster(settings.state_dir)
+    running, info = cluster.status()
+    if info is None:
+        print(f"no private cluster under {cluster.state_dir}")
+        return 3
+    print(f"{'running' if running else 'stopped'}: 127.0.0.1:{info.port}, data in {info.data_dir}")
+    return 0 if running else 3
+
+
+def url(args: argparse.Namespace, settings: Settings) -> int:
+    print(db.database_url(settings))
+    return 0
+
+
+def upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    db.upgrade(db.database_url(settings), args.revision)
+    print(f"schema at {args.revision}")
+    return 0
+
+
+def downgrade(args: argparse.Namespace, settings: Settings) -> int:
+    db.downgrade(db.database_url(settings), args.revision)
+    print(f"schema at {args.revision}")
+    return 0
+
+
+def current(args: argparse.Namespace, settings: Settings) -> int:
+    engine = db.create_engine(db.database_url(settings), pool_size=1)
+    try:
+        print(db.current_revision(engine) or "(empty)")
+    finally:
+        engine.dispose()
+    return 0
+
+
+def print_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    from dispatcher.schema import metadata
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    for table in metadata.sorted_tables:
+        sys.stdout.write(str(CreateTable(table).compile(dialect=dialect)).strip() + ";\n\n")
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            sys.stdout.write(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";\n")
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real PostgreSQL and a fresh migrated database per test.
+
+``DATABASE_URL`` set: tests create their databases on that server (the role
+needs CREATEDB). Unset: the private cluster under ``.outbox`` is started (or
+reused) from the machine's PostgreSQL binaries.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatcher import db
+from dispatcher.settings import Settings
+from tests.support import databases
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    """A URL to a PostgreSQL server where tests may create databases."""
+    settings = Settings.from_env(state_dir=Path(databases.ROOT / ".outbox"))
+    return db.database_url(settings)
+
+
+@pytest.fixture(scope="session")
+def template_name(server_url: str) -> str:
+    return databases.ensure_template(server_url)
+
+
+@pytest.fixture
+def db_url(server_url: str, template_name: str) -> Iterator[str]:
+    """A fresh database at migration head, dropped after the test."""
+    url = databases.create_test_database(server_url, template_name)
+    yield url
+    databases.drop_database(server_url, url)
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    eng = db.create_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    """Settings for code under test: the test's database, loopback allowed."""
+    return Settings.from_env(
+        env={},
+        database_url=db_url,
+        state_dir=tmp_path / "state",
+        ssrf_allow_networks=(ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")),
+        log_format="text",
+    )
+
+
+def insert_endpoint(engine: Engine, name: str, **values: object) -> None:
+    """Register an endpoint directly (tests of code that only needs one to exist)."""
+    from dispatcher.schema import endpoints
+
+    row: dict[str, object] = {
+        "name": name,
+        "kind": "webhook",
+        "url": "http://127.0.0.1:9/hook",
+        "signing_secret": "whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0",
+    }
+    row.update(values)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(endpoints).values(**row))

@@ -1,0 +1,82 @@
+"""The schema changes only through Alembic, and the migrations match the tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.script import ScriptDirectory
+
+from dispatcher import db
+from dispatcher.schema import metadata
+from tests.support import databases
+
+
+@pytest.fixture
+def empty_db_url(server_url: str) -> Iterator[str]:
+    url = databases.create_empty_database(server_url)
+    yield url
+    databases.drop_database(server_url, url)
+
+
+def _tables(url: str) -> set[str]:
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_there_is_a_single_head() -> None:
+    script = ScriptDirectory.from_config(db.alembic_config("postgresql://x@h/x"))
+    assert len(script.get_heads()) == 1
+
+
+def test_upgrade_from_empty_to_head_and_back_down(empty_db_url: str) -> None:
+    db.upgrade(empty_db_url)
+    assert set(metadata.tables) <= _tables(empty_db_url)
+    db.downgrade(empty_db_url, "base")
+    assert _tables(empty_db_url) <= {"alembic_version"}
+    db.upgrade(empty_db_url)  # and up again: downgrade left nothing behind
+    assert set(metadata.tables) <= _tables(empty_db_url)
+
+
+def test_migrations_and_tables_do_not_drift(db_url: str) -> None:
+    command.check(db.alembic_config(db_url))
+
+
+def test_operator_actions_are_append_only(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO operator_actions (actor, action, target, reason) "
+                "VALUES ('ops', 'pause', 'endpoint:x', 'test')"
+            )
+        )
+    with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(sa.text("UPDATE operator_actions SET reason = 'rewritten'"))
+    with pytest.raises(sa.exc.DBAPIError, match="append-only"), engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM operator_actions"))
+
+
+def test_claim_index_is_partial_on_due_states(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        indexdef = conn.execute(
+            sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_effects_due'")
+        ).scalar_one()
+    assert "WHERE" in indexdef and "pending" in indexdef and "leased" in indexdef
+
+
+def test_staging_tables_are_unlogged(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        rows = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT relname, relpersistence FROM pg_class "
+                    "WHERE relname IN ('staged_effects', 'staged_results', 'effects')"
+                )
+            ).all()
+        )
+    assert rows == {"staged_effects": "u", "staged_results": "u", "effects": "p"}
