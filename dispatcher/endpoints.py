@@ -1,0 +1,203 @@
+"""The endpoint registry: named destinations with their secrets and policies.
+
+Producers (Spark jobs, ``enqueue``) name an endpoint; only the dispatcher reads
+its URL, signing secret and SMTP credentials. ``Endpoint.__repr__`` and
+``public()`` leave the secrets out, so they cannot reach a log or a response by
+accident.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import Connection, RowMapping
+
+from dispatcher.errors import Conflict, InvalidEffect, NotFound
+from dispatcher.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "endpoints.sql")
+
+SECRET_PREFIX = "whsec_"  # noqa: S105  (a prefix, not a secret)
+_SECRET_FIELDS = ("signing_secret", "smtp_password")
+
+
+def generate_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def signing_key(secret: str) -> bytes:
+    """The HMAC key a ``whsec_`` secret stands for."""
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    id: int
+    name: str
+    kind: str
+    url: str | None
+    signing_secret: str | None = dataclasses.field(repr=False)
+    smtp_host: str | None
+    smtp_port: int | None
+    smtp_tls: str
+    smtp_username: str | None
+    smtp_password: str | None = dataclasses.field(repr=False)
+    mail_from: str | None
+    timeout_s: float
+    retry_schedule_s: tuple[float, ...] | None
+    rate_limit_per_s: float | None
+    enabled: bool
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any] | RowMapping) -> Endpoint:
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        if values["retry_schedule_s"] is not None:
+            values["retry_schedule_s"] = tuple(values["retry_schedule_s"])
+        return cls(**values)
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the secrets (safe for logs, CLI listings and the API)."""
+        data = dataclasses.asdict(self)
+        for name in _SECRET_FIELDS:
+            data.pop(name)
+        data["has_signing_secret"] = self.signing_secret is not None
+        data["has_smtp_password"] = self.smtp_password is not None
+        return data
+
+
+def _check_webhook_url(url: str | None) -> str:
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidEffect(
+            "url",
+            f"{url!r} is not an http(s) URL with a host",
+            "give a full URL, e.g. https://example.com/hooks/billing",
+        )
+    if parts.username or parts.password:
+        raise InvalidEffect("url", "carries credentials", "remove user:password from the URL")
+    return url  # type: ignore[return-value]
+
+
+def add_webhook(
+    conn: Connection,
+    *,
+    name: str,
+    url: str,
+    signing_secret: str | None = None,
+    timeout_s: float = 10.0,
+    retry_schedule_s: Sequence[float] | None = None,
+    rate_limit_per_s: float | None = None,
+) -> tuple[Endpoint, str]:
+    """Register a webhook endpoint; returns it and its signing secret (shown once)."""
+    secret = signing_secret or generate_signing_secret()
+    if not secret.startswith(SECRET_PREFIX) or len(signing_key(secret)) < 24:
+        raise InvalidEffect(
+            "signing_secret",
+            "must be 'whsec_' + base64 of at least 24 bytes",
+            "omit it to have one generated",
+        )
+    return _insert(
+        conn,
+        name=name,
+        kind="webhook",
+        url=_check_webhook_url(url),
+        signing_secret=secret,
+        timeout_s=timeout_s,
+        retry_schedule_s=retry_schedule_s,
+        rate_limit_per_s=rate_limit_per_s,
+    ), secret
+
+
+def add_email(
+    conn: Connection,
+    *,
+    name: str,
+    smtp_host: str,
+    smtp_port: int,
+    mail_from: str,
+    smtp_tls: str = "none",
+    smtp_username: str | None = None,
+    smtp_password: str | None = None,
+    timeout_s: float = 10.0,
+    retry_schedule_s: Sequence[float] | None = None,
+    rate_limit_per_s: float | None = None,
+) -> Endpoint:
+    if smtp_tls not in ("none", "starttls", "tls"):
+        raise InvalidEffect(
+            "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
+        )
+    if "@" not in mail_from:
+        raise InvalidEffect(
+            "mail_from",
+            f"{mail_from!r} is not an address",
+            "give an address like billing@example.com",
+        )
+    return _insert(
+        conn,
+        name=name,
+        kind="email",
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
+        smtp_tls=smtp_tls,
+        smtp_username=smtp_username,
+        smtp_password=smtp_password,
+        mail_from=mail_from,
+        timeout_s=timeout_s,
+        retry_schedule_s=retry_schedule_s,
+        rate_limit_per_s=rate_limit_per_s,
+    )
+
+
+def _insert(conn: Connection, **values: Any) -> Endpoint:
+    if not values["name"] or not values["name"].strip():
+        raise InvalidEffect("name", "is empty", "name the endpoint, e.g. billing-webhook")
+    if values["timeout_s"] <= 0:
+        raise InvalidEffect("timeout_s", "must be positive", "give seconds, e.g. 10")
+    row = {
+        "url": None,
+        "signing_secret": None,
+        "smtp_host": None,
+        "smtp_port": None,
+        "smtp_tls": "none",
+        "smtp_username": None,
+        "smtp_password": None,
+        "mail_from": None,
+    } | values
+    if row["retry_schedule_s"] is not None:
+        row["retry_schedule_s"] = [float(s) for s in row["retry_schedule_s"]]
+    if conn.execute(_Q["insert_endpoint"], row).first() is None:
+        raise Conflict(f"an endpoint named {values['name']!r} already exists")
+    return get(conn, values["name"])
+
+
+def get(conn: Connection, name: str) -> Endpoint:
+    row = conn.execute(_Q["select_endpoint"], {"name": name}).mappings().first()
+    if row is None:
+        raise NotFound(f"no endpoint named {name!r}")
+    return Endpoint.from_row(row)
+
+
+def list_all(conn: Connection) -> list[Endpoint]:
+    return [Endpoint.from_row(r) for r in conn.execute(_Q["select_endpoints"]).mappings()]
+
+
+def pause(conn: Connection, name: str, reason: str) -> None:
+    if conn.execute(_Q["pause_endpoint"], {"name": name, "reason": reason}).first() is None:
+        raise NotFound(f"no endpoint named {name!r}")
+
+
+def resume(conn: Connection, name: str) -> None:
+    if conn.execute(_Q["resume_endpoint"], {"name": name}).first() is None:
+        raise NotFound(f"no endpoint named {name!r}")
+    conn.execute(_Q["notify_resumed"])
