@@ -143,11 +143,19 @@ effects = sa.Table(
         "next_attempt_at",
         postgresql_where=sa.text("state IN ('pending', 'leased')"),
     ),
-    # Audit lookups.
-    sa.Index(None, "job", "batch_id"),
-    sa.Index(None, "endpoint", "created_at"),
-    sa.Index(None, "recipient", "created_at", postgresql_where=sa.text("recipient IS NOT NULL")),
-    sa.Index(None, "state", "created_at"),
+    # Audit lookups. Each ends in (created_at, id), the keyset of the search's
+    # ORDER BY created_at DESC, id DESC: rows of one batch share created_at
+    # (one transaction's now()), so id breaks ties inside the index, not in a sort.
+    sa.Index(None, "job", "batch_id", "created_at", "id"),
+    sa.Index(None, "endpoint", "created_at", "id"),
+    sa.Index(
+        None,
+        "recipient",
+        "created_at",
+        "id",
+        postgresql_where=sa.text("recipient IS NOT NULL"),
+    ),
+    sa.Index(None, "state", "created_at", "id"),
 )
 
 delivery_attempts = sa.Table(

@@ -134,18 +134,29 @@ def upgrade() -> None:
         postgresql_where=sa.text("state IN ('pending', 'leased')"),
     )
     op.create_index(
-        op.f("ix_effects_endpoint_created_at"), "effects", ["endpoint", "created_at"], unique=False
-    )
-    op.create_index(op.f("ix_effects_job_batch_id"), "effects", ["job", "batch_id"], unique=False)
-    op.create_index(
-        op.f("ix_effects_recipient_created_at"),
+        op.f("ix_effects_endpoint_created_at_id"),
         "effects",
-        ["recipient", "created_at"],
+        ["endpoint", "created_at", "id"],
+        unique=False,
+    )
+    op.create_index(
+        op.f("ix_effects_job_batch_id_created_at_id"),
+        "effects",
+        ["job", "batch_id", "created_at", "id"],
+        unique=False,
+    )
+    op.create_index(
+        op.f("ix_effects_recipient_created_at_id"),
+        "effects",
+        ["recipient", "created_at", "id"],
         unique=False,
         postgresql_where=sa.text("recipient IS NOT NULL"),
     )
     op.create_index(
-        op.f("ix_effects_state_created_at"), "effects", ["state", "created_at"], unique=False
+        op.f("ix_effects_state_created_at_id"),
+        "effects",
+        ["state", "created_at", "id"],
+        unique=False,
     )
     op.create_table(
         "endpoints",
@@ -383,14 +394,14 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_invoices_customer_id_invoice_date"), table_name="invoices")
     op.drop_table("invoices")
     op.drop_table("endpoints")
-    op.drop_index(op.f("ix_effects_state_created_at"), table_name="effects")
+    op.drop_index(op.f("ix_effects_state_created_at_id"), table_name="effects")
     op.drop_index(
-        op.f("ix_effects_recipient_created_at"),
+        op.f("ix_effects_recipient_created_at_id"),
         table_name="effects",
         postgresql_where=sa.text("recipient IS NOT NULL"),
     )
-    op.drop_index(op.f("ix_effects_job_batch_id"), table_name="effects")
-    op.drop_index(op.f("ix_effects_endpoint_created_at"), table_name="effects")
+    op.drop_index(op.f("ix_effects_job_batch_id_created_at_id"), table_name="effects")
+    op.drop_index(op.f("ix_effects_endpoint_created_at_id"), table_name="effects")
     op.drop_index(
         "ix_effects_due",
         table_name="effects",
