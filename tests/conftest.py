@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatcher import db
+from dispatcher.pgcluster import PrivateCluster
 from dispatcher.settings import Settings
 from tests.support import databases
 
@@ -24,10 +25,21 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 @pytest.fixture(scope="session")
-def server_url() -> str:
-    """A URL to a PostgreSQL server where tests may create databases."""
+def server_url() -> Iterator[str]:
+    """A URL to a PostgreSQL server where tests may create databases.
+
+    A private cluster that this test session had to start is stopped at the end;
+    one that was already running (a developer's) is left running.
+    """
     settings = Settings.from_env(state_dir=Path(databases.ROOT / ".outbox"))
-    return db.database_url(settings)
+    if settings.database_url:
+        yield settings.database_url
+        return
+    cluster = PrivateCluster(settings.state_dir)
+    was_running = cluster.status()[0]
+    yield cluster.ensure_running().url
+    if not was_running:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")
