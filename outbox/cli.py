@@ -20,6 +20,7 @@ from dispatcher.settings import Settings
 COMMAND_MODULES = [
     "outbox.db_cmd",
     "outbox.demo_cmd",
+    "outbox.receiver_cmd",
 ]
 
 
