@@ -17,6 +17,15 @@ have_java() { command -v java >/dev/null 2>&1; }
 
 can_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
 
+# Optional: Debian's docker-compose (v1) validates docker-compose.yml offline in a
+# test. Installed when we can; its test skips, saying why, when it cannot be had.
+install_compose() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null 2>&1; }
+if ! command -v docker-compose >/dev/null 2>&1 && can_apt; then
+    echo "installing from Debian packages: docker-compose (optional, for the compose test)"
+    install_compose || { apt-get update -qq && install_compose; } \
+        || echo "docker-compose could not be installed; the compose test will skip" >&2
+fi
+
 missing=""
 have_pg_bins || missing="$missing postgresql"
 have_java || missing="$missing openjdk-17-jre-headless"
