@@ -1,0 +1,128 @@
+"""One attempt at one effect: find its endpoint, respect its rate limit, send it
+through the right channel, time it, and turn the answer into a ``store.Result``
+(with the retry delay decided by the schedule and ``Retry-After``)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+
+from dispatcher import endpoints, retry, store
+from dispatcher.breaker import Breakers
+from dispatcher.channels import Channel, Sent
+from dispatcher.channels.smtp import EmailChannel
+from dispatcher.channels.webhook import WebhookChannel
+from dispatcher.dbcalls import DbCalls
+from dispatcher.endpoints import Endpoint
+from dispatcher.metrics import Metrics
+from dispatcher.ratelimit import RateLimits
+from dispatcher.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_CACHE_S = 2.0
+
+
+class Delivery:
+    def __init__(self, settings: Settings, db: DbCalls, metrics: Metrics) -> None:
+        self._settings = settings
+        self._db = db
+        self._metrics = metrics
+        self._channels: dict[str, Channel] = {
+            "webhook": WebhookChannel(settings, settings.concurrency),
+            "email": EmailChannel(),
+        }
+        self._endpoints: dict[str, Endpoint] = {}
+        self._loaded_at = float("-inf")
+        self._limits = RateLimits()
+        self._hold = asyncio.Event()
+        self._breakers = Breakers()
+
+    async def start(self) -> None:
+        for channel in self._channels.values():
+            await channel.start()
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+    def hold_unstarted(self) -> None:
+        """Shutdown: effects still waiting for their turn are handed back, not sent."""
+        self._hold.set()
+
+    async def _endpoint(self, name: str) -> Endpoint | None:
+        stale = time.monotonic() - self._loaded_at > ENDPOINT_CACHE_S
+        if stale or name not in self._endpoints:
+            found = await self._db.call(_load_endpoints)
+            if found is not None:
+                for ep in found.values():
+                    old = self._endpoints.get(ep.name)
+                    if old is not None and old.updated_at != ep.updated_at:
+                        self._breakers.forget(ep.name)  # resumed or reconfigured
+                self._endpoints, self._loaded_at = found, time.monotonic()
+        return self._endpoints.get(name)
+
+    async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
+        """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint)."""
+        endpoint = await self._endpoint(effect.endpoint)
+        if endpoint is not None:
+            rest_s = self._breakers.rest_s(endpoint.name)
+            if rest_s is not None:
+                return store.Release(effect.id, effect.lease_token, min(rest_s, 3600.0))
+            if not await self._limits.take(endpoint.name, endpoint.rate_limit_per_s, self._hold):
+                return store.Release(effect.id, effect.lease_token)
+        started_at = dt.datetime.now(dt.UTC)
+        t0 = time.perf_counter()
+        if endpoint is None:
+            sent = Sent("dead", error_class="UnknownEndpoint", error="endpoint is not registered")
+        else:
+            sent = await self._channels[endpoint.kind].send(endpoint, effect)
+            self._breakers.outcome(endpoint.name, sent.outcome)
+        duration_s = time.perf_counter() - t0
+        self._metrics.attempt_seconds.labels(effect.endpoint).observe(duration_s)
+        return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+
+    def _result(
+        self,
+        effect: store.Claimed,
+        endpoint: Endpoint | None,
+        sent: Sent,
+        started_at: dt.datetime,
+        duration_ms: float,
+    ) -> store.Result:
+        outcome, delay_s, error = sent.outcome, 0.0, sent.error
+        if outcome == "retry":
+            schedule = (endpoint and endpoint.retry_schedule_s) or self._settings.retry_schedule_s
+            delay = retry.delay_with_retry_after(
+                effect.attempt, schedule, sent.retry_after_s, self._settings.retry_after_cap_s
+            )
+            if delay is None:
+                outcome = "dead"
+                error = f"retries exhausted after {effect.attempt} attempts; last: {sent.error}"
+            else:
+                delay_s = delay
+        return store.Result(
+            effect_id=effect.id,
+            lease_token=effect.lease_token,
+            attempt=effect.attempt,
+            outcome=outcome,
+            started_at=started_at,
+            duration_ms=duration_ms,
+            delay_s=delay_s,
+            error=error,
+            status_code=sent.status_code,
+            error_class=sent.error_class,
+            response_excerpt=sent.response_excerpt,
+            endpoint=effect.endpoint,
+            key=effect.key,
+        )
+
+
+def _load_endpoints(engine: object) -> dict[str, Endpoint]:
+    from sqlalchemy.engine import Engine
+
+    assert isinstance(engine, Engine)
+    with engine.connect() as conn:
+        return {e.name: e for e in endpoints.list_all(conn)}

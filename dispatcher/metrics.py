@@ -1,0 +1,38 @@
+"""Prometheus metrics of one worker, on their own registry (several workers may
+live in one test process). ``serve`` exposes them on ``/metrics``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.deliveries = Counter(
+            "outbox_deliveries",
+            "Attempts recorded, by endpoint and outcome (delivered, retry, dead, gone, stale)",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.attempt_seconds = Histogram(
+            "outbox_attempt_seconds",
+            "Duration of one send attempt",
+            ["endpoint"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("outbox_in_flight", "Sends in progress", registry=self.registry)
+        self.queue_depth = Gauge(
+            "outbox_queue_depth",
+            "Effects due now (pending or lease expired)",
+            registry=self.registry,
+        )
+        self.oldest_due_age = Gauge(
+            "outbox_oldest_due_age_seconds",
+            "How long the oldest due effect has waited",
+            registry=self.registry,
+        )
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)

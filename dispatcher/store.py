@@ -1,0 +1,162 @@
+"""The dispatcher's store: the only code that runs the claim / record / release SQL.
+
+Every statement is named in ``store.sql`` with the reason it exists. Claims and
+records are batched (one round trip for up to ``claim_batch_size`` effects);
+nothing reads the outbox by a sequence cursor, because rows commit out of order.
+Calls are synchronous (psycopg2); the worker runs them in a thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import socket
+from collections.abc import Sequence
+
+from sqlalchemy.engine import Engine
+
+from dispatcher.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "store.sql")
+
+# Outcomes an attempt can record (interfaces.md #3); 'stale' is decided by the SQL.
+OUTCOMES = ("delivered", "retry", "dead", "gone")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claimed:
+    """One leased effect: what a channel needs to send it, and its fence token."""
+
+    id: int
+    key: str
+    endpoint: str
+    recipient: str | None
+    payload: str
+    attempt: int
+    lease_token: str
+    created_at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The outcome of one attempt, as the worker hands it to ``record``."""
+
+    effect_id: int
+    lease_token: str
+    attempt: int
+    outcome: str
+    started_at: dt.datetime
+    duration_ms: float
+    delay_s: float = 0.0
+    error: str | None = None
+    status_code: int | None = None
+    error_class: str | None = None
+    response_excerpt: str | None = None
+    # For logs and metrics only (not written by ``record``).
+    endpoint: str = ""
+    key: str = ""
+
+
+def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
+    """Lease up to ``limit`` due effects; keys already delivered are settled, not returned."""
+    params = {"worker_id": worker_id, "limit": limit, "lease_seconds": lease_seconds}
+    with engine.begin() as conn:
+        rows = conn.execute(_Q["claim"], params).mappings().all()
+    return [
+        Claimed(
+            id=r["id"],
+            key=r["idempotency_key"],
+            endpoint=r["endpoint"],
+            recipient=r["recipient"],
+            payload=r["payload"],
+            attempt=r["attempts"],
+            lease_token=str(r["lease_token"]),
+            created_at=r["created_at"],
+        )
+        for r in rows
+        if not r["already_delivered"]
+    ]
+
+
+def record(engine: Engine, worker_id: str, results: Sequence[Result]) -> dict[int, bool]:
+    """Record outcomes in one statement; returns effect id -> recorded (False: stale lease)."""
+    if not results:
+        return {}
+    for r in results:
+        if r.outcome not in OUTCOMES:
+            raise ValueError(f"outcome {r.outcome!r} is not one of {OUTCOMES}")
+    params = {
+        "worker_id": worker_id,
+        "ids": [r.effect_id for r in results],
+        "tokens": [r.lease_token for r in results],
+        "outcomes": [r.outcome for r in results],
+        "delays_s": [float(r.delay_s) for r in results],
+        "errors": [r.error for r in results],
+        "status_codes": [r.status_code for r in results],
+        "error_classes": [r.error_class for r in results],
+        "excerpts": [r.response_excerpt for r in results],
+        "started_at": [r.started_at for r in results],
+        "durations_ms": [r.duration_ms for r in results],
+        "attempts": [r.attempt for r in results],
+    }
+    with engine.begin() as conn:
+        rows = conn.execute(_Q["record"], params).all()
+    return {int(row[0]): bool(row[1]) for row in rows}
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """A lease handed back unsent, due again after ``delay_s``."""
+
+    effect_id: int
+    lease_token: str
+    delay_s: float = 0.0
+
+
+def release(engine: Engine, leases: Sequence[Release]) -> int:
+    """Hand back unsent leases; returns how many were still ours."""
+    if not leases:
+        return 0
+    params = {
+        "ids": [r.effect_id for r in leases],
+        "tokens": [r.lease_token for r in leases],
+        "delays_s": [float(r.delay_s) for r in leases],
+    }
+    with engine.begin() as conn:
+        return len(conn.execute(_Q["release"], params).all())
+
+
+def due_soon(engine: Engine, within_s: float) -> bool:
+    with engine.connect() as conn:
+        return bool(conn.execute(_Q["due_soon"], {"within_s": within_s}).scalar())
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    depth: int
+    oldest_due_age_s: float
+
+
+def queue_stats(engine: Engine) -> QueueStats:
+    with engine.connect() as conn:
+        row = conn.execute(_Q["queue_stats"]).one()
+    return QueueStats(depth=int(row[0]), oldest_due_age_s=float(row[1]))
+
+
+def heartbeat(engine: Engine, worker_id: str, in_flight: int, delivered: int, failed: int) -> None:
+    params = {
+        "worker_id": worker_id,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "in_flight": in_flight,
+        "delivered": delivered,
+        "failed": failed,
+    }
+    with engine.begin() as conn:
+        conn.execute(_Q["heartbeat"], params)
+
+
+def heartbeat_stopped(engine: Engine, worker_id: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(_Q["heartbeat_stopped"], {"worker_id": worker_id})

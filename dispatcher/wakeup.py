@@ -1,0 +1,79 @@
+"""Wake-ups: LISTEN ``outbox_effects`` on a dedicated psycopg2 connection.
+
+The payload is informational; a wake-up only means "claim now". The socket is
+watched with ``loop.add_reader`` (no thread). When PostgreSQL goes away the
+listener reconnects with backoff and wakes the worker once it is back, since
+notifications sent meanwhile are lost; the worker's poll timer covers the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import psycopg2
+import psycopg2.extensions
+
+from dispatcher.db import libpq_url, sqlalchemy_url
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "outbox_effects"
+
+
+class Listener:
+    def __init__(self, url: str, wake: Callable[[], None]) -> None:
+        self._dsn = libpq_url(sqlalchemy_url(url))
+        self._wake = wake
+
+    def _connect(self) -> psycopg2.extensions.connection:
+        conn = psycopg2.connect(self._dsn, application_name="spark-outbox-listener")
+        conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
+        with conn.cursor() as cur:
+            cur.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    async def run(self) -> None:
+        """Listen until cancelled; never returns on a database error, it reconnects."""
+        loop = asyncio.get_running_loop()
+        backoff = 0.1
+        while True:
+            try:
+                conn = await asyncio.to_thread(self._connect)
+            except psycopg2.Error as exc:
+                log.warning(
+                    "listener cannot connect", extra={"event": "listener.down", "error": str(exc)}
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.1
+            self._wake()  # anything notified while we were away
+            lost: asyncio.Future[None] = loop.create_future()
+
+            def readable(
+                conn: psycopg2.extensions.connection = conn, lost: asyncio.Future[None] = lost
+            ) -> None:
+                try:
+                    conn.poll()
+                except psycopg2.Error as exc:
+                    if not lost.done():
+                        lost.set_exception(exc)
+                    return
+                if conn.notifies:
+                    conn.notifies.clear()
+                    self._wake()
+
+            loop.add_reader(conn.fileno(), readable)
+            try:
+                await lost
+            except psycopg2.Error as exc:
+                log.warning(
+                    "listener connection lost", extra={"event": "listener.lost", "error": str(exc)}
+                )
+            finally:
+                loop.remove_reader(conn.fileno())
+                with contextlib.suppress(psycopg2.Error):
+                    conn.close()

@@ -1,0 +1,234 @@
+"""The worker loop: claim due effects under a lease, send them, record the outcomes.
+
+At-least-once by nature: an effect is recorded only after it was sent, so a
+crash between the send and the record makes it be sent again (with the same
+``webhook-id``/``Message-ID``) once its lease expires. Everything here is safe
+to repeat: records are fenced by the lease token in SQL, and a delivered key is
+never sent again (the key ledger).
+
+Shape (after procrastinate): one loop waits on "work, or stop, or the poll
+timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
+heartbeat) are named and a crash of any stops the worker with a non-zero exit;
+signals are installed by the CLI, not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+
+from sqlalchemy.engine import Engine
+
+from dispatcher import store
+from dispatcher.dbcalls import DbCalls
+from dispatcher.delivery import Delivery
+from dispatcher.metrics import Metrics
+from dispatcher.settings import Settings
+from dispatcher.wakeup import Listener
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        *,
+        database_url: str,
+        until_idle: bool = False,
+        idle_within_s: float | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = settings.worker_id or default_worker_id()
+        self.until_idle = until_idle
+        # --until-idle: stop when nothing is due within this horizon (default: one poll).
+        self.idle_within_s = settings.poll_interval_s if idle_within_s is None else idle_within_s
+        self.metrics = metrics or Metrics()
+        self._engine = engine
+        self._url = database_url
+        self._db = DbCalls(engine)
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._crash: BaseException | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
+        self._results: asyncio.Queue[store.Result | store.Release | None] = asyncio.Queue()
+        self.delivered = 0
+        self.failed = 0
+
+    def stop(self) -> None:
+        """Ask the worker to stop: no new claims; in-flight sends are finished."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> int:
+        """Run until stopped (or idle, with ``until_idle``); 0 on a clean stop."""
+        delivery = Delivery(self.settings, self._db, self.metrics)
+        await delivery.start()
+        side = {
+            "listener": asyncio.create_task(Listener(self._url, self.wake).run(), name="listener"),
+            "recorder": asyncio.create_task(self._recorder(), name="recorder"),
+            "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
+        }
+        for task in side.values():
+            task.add_done_callback(self._side_task_done)
+        log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})
+        try:
+            await self._loop(delivery)
+        finally:
+            await self._shutdown(delivery, side)
+        return 1 if self._crash is not None else 0
+
+    def _side_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or (self._stopping.is_set() and task.get_name() == "recorder"):
+            return
+        self._crash = task.exception() or RuntimeError(f"side task {task.get_name()} returned")
+        log.error(
+            "side task crashed; stopping",
+            extra={"event": "worker.crashed", "task": task.get_name(), "error": repr(self._crash)},
+        )
+        self.stop()
+
+    async def _loop(self, delivery: Delivery) -> None:
+        s = self.settings
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = s.concurrency - len(self._in_flight)
+            limit = min(s.claim_batch_size, free)
+            if limit > 0:
+                claimed = await self._db.call(
+                    store.claim, self.worker_id, limit, s.lease_seconds, until=self._stopping
+                )
+                for effect in claimed or []:
+                    self._unrecorded += 1
+                    task = asyncio.create_task(self._deliver(delivery, effect))
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._send_done)
+                self.metrics.in_flight.set(len(self._in_flight))
+                if claimed is not None and len(claimed) == limit:
+                    continue  # more may be due right now
+            if self.until_idle and await self._idle():
+                log.info("nothing due: idle", extra={"event": "worker.idle"})
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), s.poll_interval_s)
+
+    async def _idle(self) -> bool:
+        if self._in_flight or self._unrecorded:
+            return False
+        due = await self._db.call(store.due_soon, self.idle_within_s)
+        return due is False
+
+    async def _deliver(self, delivery: Delivery, effect: store.Claimed) -> None:
+        await self._results.put(await delivery.attempt(effect))
+
+    def _send_done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self.metrics.in_flight.set(len(self._in_flight))
+        free = self.settings.concurrency - len(self._in_flight)
+        if free >= max(1, min(self.settings.claim_batch_size, self.settings.concurrency) // 2):
+            self._wake.set()
+
+    async def _recorder(self) -> None:
+        """Record outcomes in batches: whatever has queued up goes in one statement
+        (then unsent leases are handed back, after the outcomes that caused it)."""
+        done = False
+        while not done:
+            batch: list[store.Result | store.Release] = []
+            item = await self._results.get()
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= self.settings.claim_batch_size or self._results.empty():
+                    break
+                item = self._results.get_nowait()
+            done = item is None
+            results = [r for r in batch if isinstance(r, store.Result)]
+            releases = [r for r in batch if isinstance(r, store.Release)]
+            if results:
+                await self._record(results)
+            if releases:
+                await self._db.call(store.release, releases, give_up_after_s=60.0)
+                self._unrecorded -= len(releases)
+
+    async def _record(self, batch: list[store.Result]) -> None:
+        give_up_s = max(120.0, self.settings.lease_seconds)
+        recorded = await self._db.call(
+            store.record, self.worker_id, batch, give_up_after_s=give_up_s
+        )
+        self._unrecorded -= len(batch)
+        for r in batch:
+            outcome = r.outcome if recorded and recorded.get(r.effect_id) else "stale"
+            self.metrics.deliveries.labels(r.endpoint, outcome).inc()
+            if outcome == "delivered":
+                self.delivered += 1
+                continue
+            self.failed += 1
+            log.log(
+                logging.INFO if outcome == "retry" else logging.WARNING,
+                "attempt not delivered"
+                if outcome != "stale"
+                else "lease lost; outcome not applied",
+                extra={
+                    "event": f"effect.{outcome}",
+                    "idempotency_key": r.key,
+                    "endpoint": r.endpoint,
+                    "attempt": r.attempt,
+                    "status_code": r.status_code,
+                    "error": r.error,
+                    "retry_in_s": round(r.delay_s, 3) if outcome == "retry" else None,
+                },
+            )
+        self._wake.set()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await self._db.call(
+                store.heartbeat, self.worker_id, len(self._in_flight), self.delivered, self.failed
+            )
+            stats = await self._db.call(store.queue_stats)
+            if stats is not None:
+                self.metrics.queue_depth.set(stats.depth)
+                self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _shutdown(self, delivery: Delivery, side: dict[str, asyncio.Task[None]]) -> None:
+        """Finish in-flight sends (up to the timeout), hand back unsent leases,
+        flush the outcomes, say we stopped. Sends cut off by the timeout stay
+        leased: they are sent again once the lease expires (at-least-once)."""
+        self._stopping.set()
+        delivery.hold_unstarted()
+        if self._in_flight:
+            _, pending = await asyncio.wait(
+                self._in_flight, timeout=self.settings.shutdown_timeout_s
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self._results.put(None)
+        recorder = side.pop("recorder")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(recorder), self.settings.shutdown_timeout_s)
+        for task in side.values():
+            task.cancel()
+        await asyncio.gather(*side.values(), return_exceptions=True)
+        await delivery.close()
+        with contextlib.suppress(Exception):
+            await self._db.call(store.heartbeat_stopped, self.worker_id, give_up_after_s=5.0)
+        self._db.close()
+        log.info(
+            "worker stopped",
+            extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},
+        )

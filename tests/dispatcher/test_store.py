@@ -1,0 +1,194 @@
+"""The store's SQL on a real PostgreSQL: claim, record (fenced), release, the ledger."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatcher import store
+from dispatcher.endpoints import pause
+from dispatcher.enqueue import enqueue
+from dispatcher.keys import effect_key
+from tests.conftest import insert_endpoint
+
+
+def _enqueue(engine: Engine, n: int, endpoint: str = "hook") -> list[str]:
+    keys = []
+    with engine.begin() as conn:
+        for i in range(n):
+            key = effect_key("test", i)
+            enqueue(conn, key=key, endpoint=endpoint, payload={"i": i})
+            keys.append(key)
+    return keys
+
+
+def _state(engine: Engine, key: str) -> dict[str, object]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text("SELECT * FROM effects WHERE idempotency_key = :k"), {"k": key}
+        ).mappings().one()
+    return dict(row)
+
+
+def _result(c: store.Claimed, outcome: str, **kw: object) -> store.Result:
+    return store.Result(
+        effect_id=c.id,
+        lease_token=c.lease_token,
+        attempt=c.attempt,
+        outcome=outcome,
+        started_at=dt.datetime.now(dt.UTC),
+        duration_ms=1.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_claim_leases_due_effects_once(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 5)
+    first = store.claim(engine, "w1", 3, 30)
+    second = store.claim(engine, "w2", 10, 30)
+    assert len(first) == 3 and len(second) == 2
+    assert not {c.id for c in first} & {c.id for c in second}
+    assert store.claim(engine, "w3", 10, 30) == []
+    row = _state(engine, first[0].key)
+    assert row["state"] == "leased" and row["attempts"] == 1 and row["lease_owner"] == "w1"
+    assert row["next_attempt_at"] == row["lease_expires_at"]
+    assert json.loads(first[0].payload)["i"] in range(5)
+
+
+def test_an_expired_lease_is_claimed_again_with_a_new_token(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 1)
+    (old,) = store.claim(engine, "w1", 10, 0.05)
+    import time
+
+    time.sleep(0.1)
+    (new,) = store.claim(engine, "w2", 10, 30)
+    assert new.id == old.id and new.lease_token != old.lease_token and new.attempt == 2
+
+
+def test_a_stale_token_changes_nothing_and_is_logged_stale(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    (key,) = _enqueue(engine, 1)
+    (old,) = store.claim(engine, "w1", 10, 0.01)
+    import time
+
+    time.sleep(0.05)
+    (new,) = store.claim(engine, "w2", 10, 30)
+    assert store.record(engine, "w1", [_result(old, "dead", error="zombie")]) == {old.id: False}
+    assert _state(engine, key)["state"] == "leased"
+    assert store.record(engine, "w2", [_result(new, "delivered", status_code=200)]) == {
+        new.id: True
+    }
+    with engine.connect() as conn:
+        outcomes = conn.execute(
+            sa.text("SELECT worker_id, outcome FROM delivery_attempts ORDER BY id")
+        ).all()
+    assert [tuple(r) for r in outcomes] == [("w1", "stale"), ("w2", "delivered")]
+    assert _state(engine, key)["state"] == "delivered"
+
+
+def test_delivery_writes_the_key_ledger_and_retry_reschedules(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    keys = _enqueue(engine, 2)
+    a, b = store.claim(engine, "w1", 10, 30)
+    recorded = store.record(
+        engine,
+        "w1",
+        [_result(a, "delivered", status_code=200), _result(b, "retry", delay_s=300, error="500")],
+    )
+    assert recorded == {a.id: True, b.id: True}
+    with engine.connect() as conn:
+        ledger = conn.execute(sa.text("SELECT idempotency_key FROM key_ledger")).scalars().all()
+    assert ledger == [a.key]
+    retried = _state(engine, b.key)
+    assert retried["state"] == "pending" and retried["lease_token"] is None
+    assert retried["last_error"] == "500"
+    assert retried["next_attempt_at"] > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=250)
+    assert set(keys) == {a.key, b.key}
+
+
+def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 2)
+    a, _ = store.claim(engine, "w1", 10, 30)
+    store.record(engine, "w1", [_result(a, "gone", status_code=410, error="410 Gone")])
+    assert _state(engine, a.key)["state"] == "dead"
+    with engine.connect() as conn:
+        ep = conn.execute(sa.text("SELECT enabled, paused_reason FROM endpoints")).one()
+    assert ep == (False, "410 Gone")
+
+
+def test_a_paused_endpoint_and_an_uncommitted_batch_are_not_claimed(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    insert_endpoint(engine, "other")
+    _enqueue(engine, 1)
+    with engine.begin() as conn:
+        pause(conn, "hook", "maintenance")
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, job, batch_id, endpoint, payload,"
+                " payload_sha256) VALUES (:k, 'j', 'b1', 'other', '{}', 'x')"
+            ),
+            {"k": "f" * 64},
+        )
+    assert store.claim(engine, "w1", 10, 30) == []
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO batches (job, batch_id, attempt_id) "
+                "VALUES ('j', 'b1', gen_random_uuid())"
+            )
+        )
+    assert [c.key for c in store.claim(engine, "w1", 10, 30)] == ["f" * 64]
+
+
+def test_a_key_in_the_ledger_is_settled_without_sending(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    (key,) = _enqueue(engine, 1)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO key_ledger VALUES (:k, 'hook', 'x', now() - interval '1 day')"
+            ),
+            {"k": key},
+        )
+    assert store.claim(engine, "w1", 10, 30) == []
+    row = _state(engine, key)
+    assert row["state"] == "delivered" and row["attempts"] == 0
+    assert "key ledger" in str(row["last_error"])
+
+
+def test_release_hands_back_unsent_leases(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    (key,) = _enqueue(engine, 1)
+    (c,) = store.claim(engine, "w1", 10, 30)
+    assert store.release(engine, [store.Release(c.id, c.lease_token)]) == 1
+    row = _state(engine, key)
+    assert row["state"] == "pending" and row["attempts"] == 0 and row["lease_owner"] is None
+    assert [x.key for x in store.claim(engine, "w2", 10, 30)] == [key]
+
+
+def test_the_claim_uses_the_due_index(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 50)
+    with engine.begin() as conn:
+        # A realistic outbox is mostly finished rows; the partial index skips them.
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, state)"
+                " SELECT lpad(to_hex(g), 64, '0'), 'hook', '{}', 'x', 'delivered'"
+                " FROM generate_series(1, 20000) g"
+            )
+        )
+        conn.execute(sa.text("ANALYZE effects"))
+        sql = store._Q["claim"].text
+        plan = conn.execute(
+            sa.text("EXPLAIN " + sql),
+            {"worker_id": "w", "limit": 10, "lease_seconds": 30},
+        ).scalars().all()
+        conn.rollback()
+    assert any("ix_effects_due" in line for line in plan), "\n".join(plan)
