@@ -1,0 +1,73 @@
+"""``create_app(settings)``: the status and delivery-audit API and the support page.
+
+Nothing is built at import: the engine is created in the lifespan from the
+settings the entry point passes in, and disposed of at shutdown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api import errors
+from api.metrics import ApiMetrics
+from api.routes import batches, effects, operator, status, ui
+from dispatcher import db
+from dispatcher.settings import Settings
+
+HERE = Path(__file__).parent
+
+
+def create_app(settings: Settings) -> FastAPI:
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = db.create_engine(db.database_url(settings), application_name="outbox-api")
+        app.state.engine = engine
+        metrics.watch_queue(engine)
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="spark-outbox",
+        summary="Status, delivery audit and operator actions of the outbox",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    for module in (status, effects, batches, operator, ui):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def prometheus_metrics() -> Response:
+        """Prometheus text format; open, see api/metrics.py for why."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.middleware("http")
+    async def count_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        metrics.observe(request.method, template, response.status_code, started)
+        return response
+
+    return app

@@ -1,0 +1,56 @@
+"""Dependencies as ``Annotated`` aliases: routes declare what they need by type.
+
+One unit of work per request: ``Conn`` is a connection inside a transaction
+that commits when the route returns and rolls back when it raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.engine import Connection, Engine
+
+from dispatcher import tokens
+from dispatcher.settings import Settings
+
+
+def get_engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_conn(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Connection]:
+    with engine.begin() as conn:
+        yield conn
+
+
+EngineDep = Annotated[Engine, Depends(get_engine)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+Conn = Annotated[Connection, Depends(get_conn)]
+
+_bearer = HTTPBearer(auto_error=False, description="a token from `outbox tokens create`")
+
+
+def authenticated(
+    conn: Conn,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> tokens.Token:
+    """Any live token (support or operator): the read endpoints."""
+    return tokens.authenticate(conn, credentials.credentials if credentials else None)
+
+
+def operator(token: Annotated[tokens.Token, Depends(authenticated)]) -> tokens.Token:
+    """An operator token: the write endpoints."""
+    return tokens.require_operator(token)
+
+
+Reader = Annotated[tokens.Token, Depends(authenticated)]
+Operator = Annotated[tokens.Token, Depends(operator)]

@@ -1,0 +1,78 @@
+"""The one table that maps domain errors to HTTP status codes.
+
+Domain errors (``dispatcher.errors`` and friends) know nothing of HTTP; routes
+let them propagate and this module shapes the response. A 422 from the domain
+(a bad filter, an empty reason) uses FastAPI's own validation-error shape, with
+``loc`` naming the field and ``msg`` saying the problem and the fix, so clients
+see one 422 format.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import OperationalError
+
+from dispatcher.errors import (
+    ConfigurationError,
+    Conflict,
+    DatabaseUnavailable,
+    InvalidEffect,
+    NotFound,
+    OutboxError,
+)
+from dispatcher.filters import InvalidFilter
+from dispatcher.tokens import AuthenticationFailed, PermissionDenied
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[OutboxError], int] = {
+    AuthenticationFailed: 401,
+    PermissionDenied: 403,
+    NotFound: 404,
+    Conflict: 409,
+    InvalidEffect: 422,
+    InvalidFilter: 422,
+    ConfigurationError: 500,
+    DatabaseUnavailable: 503,
+}
+
+
+def status_for(exc: OutboxError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return 500
+
+
+def _json(exc: OutboxError, request: Request) -> JSONResponse:
+    status = status_for(exc)
+    if status == 422 and isinstance(exc, InvalidEffect | InvalidFilter):
+        where = "query" if request.method == "GET" else "body"
+        item = {
+            "loc": [where, exc.field],
+            "msg": f"{exc.problem}; {exc.fix}",
+            "type": "value_error",
+        }
+        return JSONResponse({"detail": [item]}, status_code=422)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers; the support page renders its own error pages."""
+
+    @app.exception_handler(OutboxError)
+    async def outbox_error(request: Request, exc: OutboxError) -> Response:
+        if request.url.path.startswith("/ui"):
+            from api.routes.ui import error_page
+
+            return error_page(request, exc, status_for(exc))
+        return _json(exc, request)
+
+    @app.exception_handler(OperationalError)
+    async def database_down(request: Request, exc: OperationalError) -> Response:
+        log.error("database unavailable", extra={"event": "api.database_unavailable"})
+        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)

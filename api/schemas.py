@@ -1,0 +1,180 @@
+"""Pydantic models at the HTTP edge: ``*Public`` go out, ``*Create`` come in.
+
+Built from the store's frozen dataclasses (``from_attributes``); secrets have
+no field here, so they cannot be serialised by accident.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Public(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class ErrorPublic(BaseModel):
+    detail: str
+
+
+class EffectPublic(Public):
+    idempotency_key: str
+    job: str | None
+    batch_id: str | None
+    endpoint: str
+    recipient: str | None
+    state: str
+    attempts: int
+    next_attempt_at: dt.datetime
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    delivered_at: dt.datetime | None
+    last_error: str | None
+
+
+class EffectRecordPublic(EffectPublic):
+    payload: dict[str, Any]
+    payload_sha256: str
+    ordering_key: str | None
+    lease_owner: str | None
+    lease_expires_at: dt.datetime | None
+
+
+class AttemptPublic(Public):
+    attempt: int
+    worker_id: str
+    started_at: dt.datetime
+    duration_ms: float
+    outcome: str
+    status_code: int | None
+    error_class: str | None
+    error: str | None
+    response_excerpt: str | None
+
+
+class BatchPublic(Public):
+    job: str
+    batch_id: str
+    attempt_id: uuid.UUID
+    spark_app_id: str | None
+    committed_at: dt.datetime
+    result_rows: int
+    effects_total: int
+    effects_new: int
+    effects_deduplicated: int
+    payload_mismatches: int
+    rejects: int
+    duration_s: float | None
+
+
+class EffectDetailPublic(Public):
+    effect: EffectRecordPublic
+    attempts: list[AttemptPublic]
+    batch: BatchPublic | None = Field(description="the commit marker of the producing batch")
+
+
+class EffectPagePublic(Public):
+    items: list[EffectPublic]
+    next_cursor: str | None = Field(description="pass as cursor= for the next page; null: last")
+
+
+class LiveCounts(BaseModel):
+    pending: int
+    leased: int
+    delivered: int
+    dead: int
+    cancelled: int
+    rejects: int
+
+
+class BatchDetailPublic(Public):
+    marker: BatchPublic
+    live: LiveCounts
+
+
+class StateCounts(BaseModel):
+    pending: int
+    leased: int
+    delivered: int
+    dead: int
+    cancelled: int
+
+
+class WorkerPublic(Public):
+    worker_id: str
+    hostname: str
+    pid: int
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    in_flight: int
+    delivered: int
+    failed: int
+
+
+class EndpointHealthPublic(Public):
+    name: str
+    kind: str
+    enabled: bool
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    last_delivered_at: dt.datetime | None
+    consecutive_failures: int
+
+
+class LastBatchPublic(Public):
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    effects_new: int
+    rejects: int
+
+
+class StatusPublic(Public):
+    counts: StateCounts
+    oldest_pending_age_s: float | None
+    delivered_last_5m: int
+    delivered_last_1h: int
+    live_workers: list[WorkerPublic]
+    endpoints: list[EndpointHealthPublic]
+    last_batches: list[LastBatchPublic]
+
+
+class OperatorActionPublic(Public):
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: dict[str, Any]
+
+
+class ActionCreate(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000, description="why; kept in the audit trail")
+
+
+class ActionDonePublic(BaseModel):
+    action: str
+    target: str
+
+
+class BulkRequeueCreate(ActionCreate):
+    since: dt.datetime
+    until: dt.datetime
+    job: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
+    batch_id: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
+    endpoint: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
+    recipient: str | None = Field(None, max_length=320, pattern=r"^[^\x00]*$")
+    cap: int = Field(1000, ge=1, le=10_000, description="refuse if more dead effects match")
+    dry_run: bool = Field(True, description="only count; send false to requeue")
+
+
+class BulkRequeuePublic(Public):
+    matched: int
+    requeued: int
+    dry_run: bool
+    cap: int

@@ -1,0 +1,231 @@
+"""The delivery audit, read side: one effect with its timeline, the search, batches.
+
+Support staff ask "did customer X get invoice Y, when, how many tries, what did
+their server answer?". Every query here is named in ``audit.sql`` and served by
+an index (tests/api/test_audit_plans.py proves it with EXPLAIN).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Connection, Engine, RowMapping
+
+from dispatcher.errors import NotFound
+from dispatcher.filters import Cursor, EffectFilter, check_limit
+from dispatcher.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "audit.sql")
+
+MAX_ATTEMPTS_SHOWN = 500
+MASK = "***"
+
+T = TypeVar("T")
+
+
+def from_row(cls: type[T], row: RowMapping | Mapping[str, Any]) -> T:
+    """Build a dataclass from the row's columns of the same names."""
+    return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectSummary:
+    id: int
+    idempotency_key: str
+    job: str | None
+    batch_id: str | None
+    endpoint: str
+    recipient: str | None
+    state: str
+    attempts: int
+    next_attempt_at: dt.datetime
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    delivered_at: dt.datetime | None
+    last_error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectRecord(EffectSummary):
+    payload: dict[str, Any]
+    payload_sha256: str
+    ordering_key: str | None
+    lease_owner: str | None
+    lease_expires_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    worker_id: str
+    started_at: dt.datetime
+    duration_ms: float
+    outcome: str
+    status_code: int | None
+    error_class: str | None
+    error: str | None
+    response_excerpt: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchMarker:
+    job: str
+    batch_id: str
+    attempt_id: Any
+    spark_app_id: str | None
+    committed_at: dt.datetime
+    result_rows: int
+    effects_total: int
+    effects_new: int
+    effects_deduplicated: int
+    payload_mismatches: int
+    rejects: int
+    duration_s: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectDetail:
+    effect: EffectRecord
+    attempts: list[Attempt]
+    batch: BatchMarker | None
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectPage:
+    items: list[EffectSummary]
+    next_cursor: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchDetail:
+    marker: BatchMarker
+    # pending, leased, delivered, dead, cancelled (all present, zero if none) and rejects.
+    live: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorAction:
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: dict[str, Any]
+
+
+def effect_detail(conn: Connection, key: str) -> EffectDetail:
+    row = conn.execute(_Q["effect_by_key"], {"key": key}).mappings().first()
+    if row is None:
+        ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
+        if ledger is not None:
+            raise NotFound(
+                f"effect {key} was delivered to {ledger['endpoint']} at "
+                f"{ledger['delivered_at'].isoformat()}; retention has purged its record"
+            )
+        raise NotFound(f"no effect with key {key!r}")
+    effect = from_row(EffectRecord, row)
+    attempts = [
+        from_row(Attempt, r)
+        for r in conn.execute(
+            _Q["attempts_of_effect"], {"effect_id": effect.id, "limit": MAX_ATTEMPTS_SHOWN}
+        ).mappings()
+    ]
+    batch = None
+    if effect.job is not None:
+        marker = conn.execute(
+            _Q["batch_marker"], {"job": effect.job, "batch_id": effect.batch_id}
+        ).mappings()
+        found = marker.first()
+        batch = from_row(BatchMarker, found) if found is not None else None
+    return EffectDetail(effect=effect, attempts=attempts, batch=batch)
+
+
+def _search_params(flt: EffectFilter, limit: int | None, cursor: Cursor | None) -> dict[str, Any]:
+    return flt.params() | {
+        "limit": limit,
+        "cursor_at": cursor.created_at if cursor else None,
+        "cursor_id": cursor.id if cursor else None,
+    }
+
+
+def search(
+    conn: Connection, flt: EffectFilter, *, limit: int = 100, cursor: str | None = None
+) -> EffectPage:
+    """One keyset page; ``next_cursor`` is None on the last page."""
+    limit = check_limit(limit)
+    after = Cursor.decode(cursor) if cursor else None
+    rows = conn.execute(_Q["search_effects"], _search_params(flt, limit + 1, after)).mappings()
+    items = [from_row(EffectSummary, r) for r in rows]
+    if len(items) <= limit:
+        return EffectPage(items=items, next_cursor=None)
+    last = items[limit - 1]
+    return EffectPage(items=items[:limit], next_cursor=Cursor(last.created_at, last.id).encode())
+
+
+def export(engine: Engine, flt: EffectFilter) -> Iterator[EffectSummary]:
+    """Every matching effect, streamed from a server-side cursor (the CSV export).
+
+    Opens its own connection because the rows outlive the request's unit of work.
+    """
+    with engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, max_row_buffer=1000).execute(
+            _Q["search_effects"], _search_params(flt, None, None)
+        )
+        for row in result.mappings():
+            yield from_row(EffectSummary, row)
+
+
+def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
+    found = conn.execute(_Q["batch_marker"], {"job": job, "batch_id": batch_id}).mappings().first()
+    if found is None:
+        raise NotFound(f"no committed batch {batch_id!r} of job {job!r}")
+    params = {"job": job, "batch_id": batch_id}
+    live = dict.fromkeys(("pending", "leased", "delivered", "dead", "cancelled"), 0)
+    for state, n in conn.execute(_Q["batch_live_counts"], params):
+        live[state] = n
+    live["rejects"] = conn.execute(_Q["batch_reject_count"], params).scalar_one()
+    return BatchDetail(marker=from_row(BatchMarker, found), live=live)
+
+
+def batches_of_job(conn: Connection, job: str, *, limit: int = 100) -> list[BatchMarker]:
+    rows = conn.execute(_Q["batches_of_job"], {"job": job, "limit": check_limit(limit)})
+    return [from_row(BatchMarker, r) for r in rows.mappings()]
+
+
+def operator_actions(
+    conn: Connection, *, limit: int = 100, before_id: int | None = None
+) -> list[OperatorAction]:
+    rows = conn.execute(
+        _Q["operator_actions"], {"limit": check_limit(limit), "before_id": before_id}
+    )
+    return [from_row(OperatorAction, r) for r in rows.mappings()]
+
+
+def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+    """A copy of the payload with each dotted path's value replaced by ``***``.
+
+    Paths that do not exist are ignored; a path through a list masks the field
+    in every element (``lines.email`` masks ``lines[i].email``).
+    """
+    masked = copy.deepcopy(payload)
+    for path in paths:
+        _mask(masked, path.split("."))
+    return masked
+
+
+def _mask(node: Any, parts: list[str]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _mask(item, parts)
+        return
+    if not isinstance(node, dict) or parts[0] not in node:
+        return
+    if len(parts) == 1:
+        node[parts[0]] = MASK
+    else:
+        _mask(node[parts[0]], parts[1:])

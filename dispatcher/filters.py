@@ -1,0 +1,121 @@
+"""The effect search filter shared by the audit search, its CSV export and bulk requeue.
+
+A search must be bounded in time (``since`` .. ``until``, at most
+``MAX_RANGE_DAYS``) and name at least one indexed column (job, endpoint,
+recipient or state), so every query it produces is an index range scan.
+Pages are keyset pages on ``(created_at, id)``; the cursor is opaque.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from dispatcher.errors import OutboxError
+from dispatcher.schema import EFFECT_STATES
+
+MAX_RANGE_DAYS = 31
+MAX_PAGE = 500
+
+
+class InvalidFilter(OutboxError):
+    """A search filter is missing or out of bounds; names the field and the fix."""
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{field}: {problem}; {fix}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cursor:
+    created_at: dt.datetime
+    id: int
+
+    def encode(self) -> str:
+        raw = f"{self.created_at.isoformat()}|{self.id}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+            at, ident = raw.split("|")
+            created_at = dt.datetime.fromisoformat(at)
+            if created_at.tzinfo is None:
+                raise ValueError("naive")
+            return cls(created_at=created_at, id=int(ident))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidFilter(
+                "cursor", "is not a cursor this API issued", "pass next_cursor unchanged"
+            ) from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectFilter:
+    since: dt.datetime
+    until: dt.datetime
+    job: str | None = None
+    batch_id: str | None = None
+    endpoint: str | None = None
+    recipient: str | None = None
+    state: str | None = None
+
+    def params(self) -> dict[str, Any]:
+        """Bind parameters for the named filter SQL (absent filters are NULL)."""
+        return dataclasses.asdict(self)
+
+
+def _aware(field: str, value: dt.datetime | None) -> dt.datetime:
+    if value is None:
+        raise InvalidFilter(
+            field,
+            "is required",
+            f"give since and until (ISO 8601 with a zone, at most {MAX_RANGE_DAYS} days apart), "
+            "e.g. since=2026-11-01T00:00:00Z&until=2026-11-22T00:00:00Z",
+        )
+    if value.tzinfo is None:
+        raise InvalidFilter(field, "has no time zone", "append Z or an offset like +01:00")
+    return value
+
+
+def build_filter(
+    *,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    job: str | None = None,
+    batch_id: str | None = None,
+    endpoint: str | None = None,
+    recipient: str | None = None,
+    state: str | None = None,
+) -> EffectFilter:
+    """Check a search's bounds; raise ``InvalidFilter`` naming the field and the fix."""
+    since, until = _aware("since", since), _aware("until", until)
+    if until <= since:
+        raise InvalidFilter("until", "is not after since", "give until later than since")
+    if until - since > dt.timedelta(days=MAX_RANGE_DAYS):
+        raise InvalidFilter(
+            "until",
+            f"the range since..until is wider than {MAX_RANGE_DAYS} days",
+            f"narrow it to at most {MAX_RANGE_DAYS} days and page through the rest",
+        )
+    if state is not None and state not in EFFECT_STATES:
+        raise InvalidFilter("state", f"{state!r} is not a state", f"use one of {EFFECT_STATES}")
+    if batch_id is not None and job is None:
+        raise InvalidFilter("batch_id", "needs job", "give job too (a batch id is per job)")
+    if not any((job, endpoint, recipient, state)):
+        raise InvalidFilter(
+            "job",
+            "no indexed filter given",
+            "filter by at least one of job, endpoint, recipient or state",
+        )
+    return EffectFilter(since, until, job, batch_id, endpoint, recipient, state)
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidFilter("limit", f"{limit} is out of range", f"use 1 to {MAX_PAGE}")
+    return limit

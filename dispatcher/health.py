@@ -1,0 +1,99 @@
+"""Is it healthy, is anything stuck? The numbers behind ``/v1/status`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from sqlalchemy.engine import Connection
+
+from dispatcher.audit import from_row
+from dispatcher.schema import EFFECT_STATES
+from dispatcher.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "health.sql")
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    worker_id: str
+    hostname: str
+    pid: int
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    in_flight: int
+    delivered: int
+    failed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointHealth:
+    name: str
+    kind: str
+    enabled: bool
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    last_delivered_at: dt.datetime | None
+    consecutive_failures: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LastBatch:
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    effects_new: int
+    rejects: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    counts: dict[str, int]
+    oldest_pending_age_s: float | None
+    delivered_last_5m: int
+    delivered_last_1h: int
+    live_workers: list[Worker]
+    endpoints: list[EndpointHealth]
+    last_batches: list[LastBatch]
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueGauges:
+    """What /metrics reads on every scrape: cheap, bounded queries only."""
+
+    counts: dict[str, int]
+    oldest_pending_age_s: float | None
+    live_workers: int
+
+
+def _oldest_pending(conn: Connection) -> float | None:
+    age = conn.execute(_Q["oldest_pending"]).scalar()
+    return None if age is None else max(0.0, float(age))
+
+
+def status(conn: Connection) -> Status:
+    counts = dict.fromkeys(EFFECT_STATES, 0)
+    counts.update({state: n for state, n in conn.execute(_Q["counts_by_state"])})
+    recent = conn.execute(_Q["recent_deliveries"]).mappings().one()
+    return Status(
+        counts=counts,
+        oldest_pending_age_s=_oldest_pending(conn),
+        delivered_last_5m=recent["last_5m"],
+        delivered_last_1h=recent["last_1h"],
+        live_workers=[from_row(Worker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
+        endpoints=[
+            from_row(EndpointHealth, r) for r in conn.execute(_Q["endpoint_health"]).mappings()
+        ],
+        last_batches=[
+            from_row(LastBatch, r) for r in conn.execute(_Q["last_batch_per_job"]).mappings()
+        ],
+    )
+
+
+def queue_gauges(conn: Connection) -> QueueGauges:
+    counts = dict.fromkeys(("pending", "leased", "dead"), 0)
+    counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
+    workers = conn.execute(_Q["live_workers"]).fetchall()
+    return QueueGauges(
+        counts=counts, oldest_pending_age_s=_oldest_pending(conn), live_workers=len(workers)
+    )

@@ -1,0 +1,58 @@
+-- name: counts_by_state
+-- Effects per state (index-only on ix_effects_state_created_at_id once vacuumed).
+SELECT state, count(*) AS n FROM effects GROUP BY state;
+
+-- name: queue_counts
+-- The unfinished states only, for /metrics on every scrape: small when the queue drains.
+SELECT state, count(*) AS n FROM effects
+WHERE state IN ('pending', 'leased', 'dead')
+GROUP BY state;
+
+-- name: oldest_pending
+-- Age of the oldest pending effect (the first entry of ix_effects_state_created_at_id).
+SELECT extract(epoch FROM now() - min(created_at)) FROM effects WHERE state = 'pending';
+
+-- name: recent_deliveries
+-- Throughput from the attempt log (ix_delivery_attempts_started_at).
+SELECT count(*) FILTER (WHERE started_at > now() - interval '5 minutes') AS last_5m,
+       count(*) AS last_1h
+FROM delivery_attempts
+WHERE outcome = 'delivered' AND started_at > now() - interval '1 hour';
+
+-- name: live_workers
+-- The heartbeat rule of interfaces.md: not stopped, seen in the last 30 seconds.
+SELECT worker_id, hostname, pid, started_at, last_seen_at, in_flight, delivered, failed
+FROM worker_heartbeats
+WHERE stopped_at IS NULL AND last_seen_at > now() - interval '30 seconds'
+ORDER BY worker_id;
+
+-- name: endpoint_health
+-- Per endpoint: paused or not, last success and consecutive failures since it,
+-- judged from its latest 1000 attempts of the last day (bounded work per endpoint).
+SELECT ep.name, ep.kind, ep.enabled, ep.paused_reason, ep.paused_at,
+       h.last_delivered_at, COALESCE(h.consecutive_failures, 0) AS consecutive_failures
+FROM endpoints ep
+LEFT JOIN LATERAL (
+    WITH recent AS (
+        SELECT a.outcome, a.started_at
+        FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
+        WHERE f.endpoint = ep.name AND a.started_at > now() - interval '1 day'
+        ORDER BY a.started_at DESC
+        LIMIT 1000
+    ), last_ok AS (
+        SELECT max(started_at) AS at FROM recent WHERE outcome = 'delivered'
+    )
+    SELECT (SELECT at FROM last_ok) AS last_delivered_at,
+           count(*) FILTER (
+               WHERE outcome IN ('retry', 'dead')
+                 AND started_at > COALESCE((SELECT at FROM last_ok), '-infinity')
+           ) AS consecutive_failures
+    FROM recent
+) h ON true
+ORDER BY ep.name;
+
+-- name: last_batch_per_job
+-- The newest committed batch of every job (ix_batches_job_committed_at).
+SELECT DISTINCT ON (job) job, batch_id, committed_at, effects_new, rejects
+FROM batches
+ORDER BY job, committed_at DESC;

@@ -1,0 +1,56 @@
+-- name: requeue_dead
+-- A dead effect goes back to pending, due now; its attempts count and the
+-- delivery_attempts history stay (interfaces.md, 4).
+UPDATE effects
+SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = now()
+WHERE idempotency_key = :key AND state = 'dead'
+RETURNING id;
+
+-- name: cancel_pending
+-- Only a pending effect can be cancelled: a leased one is being sent right now.
+UPDATE effects
+SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = now()
+WHERE idempotency_key = :key AND state = 'pending'
+RETURNING id;
+
+-- name: effect_state
+-- Why a transition did not apply: the effect's current state, if it exists.
+SELECT state FROM effects WHERE idempotency_key = :key;
+
+-- name: count_dead_matching
+-- The bulk requeue's dry run: how many dead effects the filter matches, counted
+-- up to cap + 1 so that a huge match costs no more than the cap.
+SELECT count(*) FROM (
+    SELECT 1 FROM effects
+    WHERE state = 'dead' AND created_at >= :since AND created_at < :until
+      AND (CAST(:job AS text) IS NULL OR job = :job)
+      AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
+      AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
+      AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+    LIMIT :cap_plus_one
+) matching;
+
+-- name: bulk_requeue_dead
+-- Requeue every dead effect the filter matches (the caller checked the cap first,
+-- in the same transaction, and the rows are locked by this UPDATE).
+UPDATE effects
+SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = now()
+WHERE state = 'dead' AND created_at >= :since AND created_at < :until
+  AND (CAST(:job AS text) IS NULL OR job = :job)
+  AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
+  AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
+  AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+RETURNING idempotency_key;
+
+-- name: record_action
+-- The operators' audit trail; append-only (a trigger refuses UPDATE and DELETE).
+INSERT INTO operator_actions (actor, action, target, reason, details)
+VALUES (:actor, :action, :target, :reason, CAST(:details AS jsonb))
+RETURNING id;
+
+-- name: notify_requeued
+-- Wakes dispatchers at COMMIT.
+SELECT pg_notify('outbox_effects', 'requeued');

@@ -1,0 +1,97 @@
+"""Tokens, roles and the open health endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+
+from api.app import create_app
+from dispatcher import tokens
+from dispatcher.errors import Conflict, InvalidEffect
+from dispatcher.settings import Settings
+from tests.api.conftest import Tokens
+from tests.support import databases
+
+
+def test_health_endpoints_are_open(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+@pytest.fixture
+def unmigrated_url(server_url: str) -> Iterator[str]:
+    url = databases.create_empty_database(server_url)
+    yield url
+    databases.drop_database(server_url, url)
+
+
+def test_readyz_is_503_until_the_schema_is_at_head(
+    api_settings: Settings, unmigrated_url: str
+) -> None:
+    import dataclasses
+
+    app = create_app(dataclasses.replace(api_settings, database_url=unmigrated_url))
+    with TestClient(app) as c:
+        response = c.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["status"] == "schema not at head"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer obx_not-a-real-token"}, {"Authorization": "Basic b2JveDp4"}],
+)
+def test_missing_or_unknown_token_is_401(
+    client: TestClient, api_tokens: Tokens, headers: dict[str, str]
+) -> None:
+    response = client.get("/v1/status", headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_revoked_token_is_401(client: TestClient, api_tokens: Tokens, engine: Engine) -> None:
+    assert client.get("/v1/status", headers=api_tokens.auth("support")).status_code == 200
+    with engine.begin() as conn:
+        tokens.revoke(conn, "sam")
+    assert client.get("/v1/status", headers=api_tokens.auth("support")).status_code == 401
+
+
+def test_support_role_may_read_but_not_write(client: TestClient, api_tokens: Tokens) -> None:
+    key = "0" * 64
+    response = client.post(
+        f"/v1/effects/{key}/requeue", json={"reason": "x"}, headers=api_tokens.auth("support")
+    )
+    assert response.status_code == 403
+    assert "operator" in response.json()["detail"]
+
+
+def test_only_the_token_hash_is_stored(engine: Engine) -> None:
+    with engine.begin() as conn:
+        created, plaintext = tokens.create(conn, name="ci", role="operator")
+        stored = conn.execute(sa.text("SELECT * FROM api_tokens")).mappings().one()
+    assert plaintext.startswith("obx_") and len(plaintext) > 40 and created.role == "operator"
+    assert plaintext not in {str(v) for v in stored.values()}
+    assert stored["token_sha256"] == tokens.token_sha256(plaintext)
+    with engine.begin() as conn:
+        assert tokens.authenticate(conn, plaintext).name == "ci"
+
+
+def test_token_creation_checks_role_and_name(engine: Engine) -> None:
+    with pytest.raises(InvalidEffect, match="role"), engine.begin() as conn:
+        tokens.create(conn, name="x", role="admin")
+    with engine.begin() as conn:
+        tokens.create(conn, name="x", role="support")
+    with pytest.raises(Conflict), engine.begin() as conn:
+        tokens.create(conn, name="x", role="support")
+
+
+def test_secrets_are_never_returned(client: TestClient, api_tokens: Tokens) -> None:
+    body = client.get("/v1/status", headers=api_tokens.auth("operator")).text
+    assert "billing-email" in body
+    assert "hunter2-smtp" not in body and "whsec_" not in body
+    assert "signing_secret" not in client.get("/openapi.json").text

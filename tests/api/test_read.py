@@ -1,0 +1,193 @@
+"""The read endpoints: status, effect timeline, search with keyset pages, CSV, batches."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+
+from tests.api.builders import add_effect, story
+from tests.api.conftest import Tokens, window
+
+
+def test_status_reports_counts_workers_endpoints_and_batches(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    story(engine)
+    body = client.get("/v1/status", headers=api_tokens.auth("support")).json()
+    assert body["counts"] == {"pending": 3, "leased": 0, "delivered": 1, "dead": 1, "cancelled": 0}
+    assert body["oldest_pending_age_s"] >= 0
+    assert body["delivered_last_5m"] == 1 and body["delivered_last_1h"] == 1
+    assert [w["worker_id"] for w in body["live_workers"]] == ["worker-1"]
+    hooks = {e["name"]: e for e in body["endpoints"]}
+    assert hooks["billing-webhook"]["last_delivered_at"] is not None
+    assert hooks["billing-webhook"]["consecutive_failures"] == 1  # the dead one after it
+    assert hooks["billing-email"]["enabled"] is True
+    assert body["last_batches"][0]["job"] == "billing"
+    assert body["last_batches"][0]["batch_id"] == "2026-11-21"
+
+
+def test_effect_shows_its_attempt_timeline(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    response = client.get(
+        f"/v1/effects/{built['delivered'].key}", headers=api_tokens.auth("operator")
+    )
+    body = response.json()
+    assert body["effect"]["state"] == "delivered"
+    assert [(a["outcome"], a["status_code"]) for a in body["attempts"]] == [
+        ("retry", 503),
+        ("delivered", 200),
+    ]
+    assert body["attempts"][0]["response_excerpt"] == "busy"
+    assert body["effect"]["payload"]["card"]["pan"] == "4111"  # operators see everything
+    assert body["batch"] is None
+
+
+def test_sensitive_payload_fields_are_masked_for_support(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    body = client.get(
+        f"/v1/effects/{built['delivered'].key}", headers=api_tokens.auth("support")
+    ).json()
+    assert body["effect"]["payload"] == {"invoice": "inv-1", "card": {"pan": "***"}}
+
+
+def test_batch_effect_links_its_marker(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    body = client.get(
+        f"/v1/effects/{built['batch0'].key}", headers=api_tokens.auth("support")
+    ).json()
+    assert body["effect"]["job"] == "billing"
+    assert body["batch"]["batch_id"] == "2026-11-21" and body["batch"]["rejects"] == 1
+
+
+def test_unknown_and_malformed_keys(client: TestClient, api_tokens: Tokens) -> None:
+    auth = api_tokens.auth("support")
+    assert client.get(f"/v1/effects/{'a' * 64}", headers=auth).status_code == 404
+    assert client.get("/v1/effects/not-a-key", headers=auth).status_code == 422
+
+
+def test_search_by_recipient_pages_with_an_opaque_cursor(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.begin() as conn:  # one transaction: every row shares created_at
+        made = {add_effect(conn, f"p-{i}", recipient="dora@example.com").key for i in range(7)}
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"recipient": "dora@example.com", "limit": 3, **window()}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/v1/effects", params=params, headers=api_tokens.auth("support"))
+        assert page.status_code == 200, page.text
+        seen += [e["idempotency_key"] for e in page.json()["items"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == 7 and set(seen) == made
+
+
+def test_search_filters_combine(client: TestClient, api_tokens: Tokens, engine: Engine) -> None:
+    built = story(engine)
+    params = {"job": "billing", "batch_id": "2026-11-21", "endpoint": "billing-email", **window()}
+    items = client.get("/v1/effects", params=params, headers=api_tokens.auth("support")).json()
+    assert [e["idempotency_key"] for e in items["items"]] == [built["batch1"].key]
+    dead = client.get(
+        "/v1/effects", params={"state": "dead", **window()}, headers=api_tokens.auth("support")
+    ).json()
+    assert [e["idempotency_key"] for e in dead["items"]] == [built["dead"].key]
+
+
+def _problem(response: object) -> tuple[list[str], str]:
+    detail = response.json()["detail"][0]  # type: ignore[attr-defined]
+    return detail["loc"], detail["msg"]
+
+
+def test_search_without_a_time_range_is_a_clear_422(client: TestClient, api_tokens: Tokens) -> None:
+    response = client.get(
+        "/v1/effects", params={"recipient": "x"}, headers=api_tokens.auth("support")
+    )
+    assert response.status_code == 422
+    loc, msg = _problem(response)
+    assert loc == ["query", "since"] and "since=" in msg
+
+
+def test_search_over_a_too_wide_range_is_a_clear_422(
+    client: TestClient, api_tokens: Tokens
+) -> None:
+    response = client.get(
+        "/v1/effects",
+        params={"recipient": "x", **window(days=40)},
+        headers=api_tokens.auth("support"),
+    )
+    assert response.status_code == 422
+    loc, msg = _problem(response)
+    assert loc == ["query", "until"] and "31 days" in msg
+
+
+def test_search_rejects_bad_limit_cursor_and_unindexed_filters(
+    client: TestClient, api_tokens: Tokens
+) -> None:
+    auth = api_tokens.auth("support")
+    cases = [
+        ({"recipient": "x", "limit": 501}, "limit"),
+        ({"recipient": "x", "cursor": "bm9wZQ"}, "cursor"),
+        ({}, "job"),
+        ({"batch_id": "b", "endpoint": "e"}, "batch_id"),
+    ]
+    for params, field in cases:
+        response = client.get("/v1/effects", params={**params, **window()}, headers=auth)
+        assert response.status_code == 422, params
+        assert response.json()["detail"][0]["loc"][-1] == field
+
+
+def test_csv_export_streams_the_same_filter(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    response = client.get(
+        "/v1/effects.csv",
+        params={"recipient": "bob@example.com", **window()},
+        headers=api_tokens.auth("support"),
+    )
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    assert {r["idempotency_key"] for r in rows} == {built["dead"].key, built["pending"].key}
+    assert {r["state"] for r in rows} == {"dead", "pending"}
+    assert "payload" not in rows[0]
+
+
+def test_batches_show_marker_and_live_counts(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    story(engine)
+    auth = api_tokens.auth("support")
+    listed = client.get("/v1/batches", params={"job": "billing"}, headers=auth).json()
+    assert [b["batch_id"] for b in listed] == ["2026-11-21"]
+    detail = client.get("/v1/batches/billing/2026-11-21", headers=auth).json()
+    assert detail["marker"]["effects_new"] == 2 and detail["marker"]["rejects"] == 1
+    assert detail["live"] == {
+        "pending": 2,
+        "leased": 0,
+        "delivered": 0,
+        "dead": 0,
+        "cancelled": 0,
+        "rejects": 0,
+    }
+    assert client.get("/v1/batches/billing/nope", headers=auth).status_code == 404
+
+
+def test_created_at_ties_do_not_lose_rows_across_pages() -> None:
+    """The cursor carries the id: equal created_at values page without gaps."""
+    from dispatcher.filters import Cursor
+
+    at = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
+    assert Cursor.decode(Cursor(at, 42).encode()) == Cursor(at, 42)
