@@ -1,0 +1,107 @@
+"""The audit queries use their indexes (EXPLAIN on a loaded, analysed table)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from dispatcher import audit, db, health
+from dispatcher.filters import build_filter
+from dispatcher.sqlfile import queries_beside
+from tests.api.bulk import load, recipient_of
+from tests.support import databases
+
+AUDIT = queries_beside(audit.__file__, "audit.sql")
+HEALTH = queries_beside(health.__file__, "health.sql")
+N = 10_000
+
+
+@pytest.fixture(scope="module")
+def loaded(server_url: str, template_name: str) -> Iterator[Connection]:
+    """One loaded, analysed database for the module (loading takes seconds; tests only read)."""
+    url = databases.create_test_database(server_url, template_name)
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            load(conn, effects=N, attempts=2)
+        with engine.connect() as conn:
+            conn.execute(sa.text("ANALYZE"))
+            yield conn
+    finally:
+        engine.dispose()
+        databases.drop_database(server_url, url)
+
+
+def _plan(conn: Connection, query: sa.TextClause, params: dict[str, Any]) -> dict[str, Any]:
+    explain = sa.text("EXPLAIN (FORMAT JSON) " + query.text)
+    raw = conn.execute(explain, params).scalar_one()
+    plan: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return plan
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _indexes(plan: dict[str, Any]) -> set[str]:
+    return {n["Index Name"] for n in _nodes(plan) if "Index Name" in n}
+
+
+def _no_seq_scan_on_big_tables(plan: dict[str, Any]) -> None:
+    for node in _nodes(plan):
+        if node["Node Type"] == "Seq Scan":
+            assert node["Relation Name"] not in ("effects", "delivery_attempts"), node
+
+
+def _search_params(**filters: Any) -> dict[str, Any]:
+    now = dt.datetime.now(dt.UTC)
+    flt = build_filter(since=now - dt.timedelta(days=30), until=now, **filters)
+    return flt.params() | {"limit": 101, "cursor_at": None, "cursor_id": None}
+
+
+def test_lookup_by_key_uses_the_unique_key_index(loaded: Connection) -> None:
+    key = loaded.execute(sa.text("SELECT idempotency_key FROM effects LIMIT 1")).scalar_one()
+    plan = _plan(loaded, AUDIT["effect_by_key"], {"key": key})
+    assert _indexes(plan) == {"uq_effects_idempotency_key"}
+    attempts = _plan(loaded, AUDIT["attempts_of_effect"], {"effect_id": 42, "limit": 500})
+    assert _indexes(attempts) == {"ix_delivery_attempts_effect_id_attempt"}
+    _no_seq_scan_on_big_tables(attempts)
+
+
+def test_search_by_recipient_uses_the_recipient_index(loaded: Connection) -> None:
+    plan = _plan(loaded, AUDIT["search_effects"], _search_params(recipient=recipient_of(7, N)))
+    assert _indexes(plan) == {"ix_effects_recipient_created_at_id"}
+    _no_seq_scan_on_big_tables(plan)
+
+
+def test_search_by_batch_uses_the_batch_index_without_a_sort(loaded: Connection) -> None:
+    plan = _plan(loaded, AUDIT["search_effects"], _search_params(job="billing", batch_id="b-3"))
+    assert _indexes(plan) == {"ix_effects_job_batch_id_created_at_id"}
+    assert "Sort" not in {n["Node Type"] for n in _nodes(plan)}
+    counts = _plan(loaded, AUDIT["batch_live_counts"], {"job": "billing", "batch_id": "b-3"})
+    assert _indexes(counts) == {"ix_effects_job_batch_id_created_at_id"}
+
+
+def test_a_later_page_seeks_with_the_cursor_in_the_index(loaded: Connection) -> None:
+    params = _search_params(job="billing", batch_id="b-3")
+    at = loaded.execute(sa.text("SELECT max(created_at) FROM effects")).scalar_one()
+    plan = _plan(loaded, AUDIT["search_effects"], params | {"cursor_at": at, "cursor_id": 2500})
+    scan = next(n for n in _nodes(plan) if "Index Name" in n)
+    assert "id" in scan.get("Index Cond", "") and "Sort" not in {
+        n["Node Type"] for n in _nodes(plan)
+    }
+
+
+def test_search_by_state_and_metrics_gauges_use_indexes(loaded: Connection) -> None:
+    plan = _plan(loaded, AUDIT["search_effects"], _search_params(state="dead"))
+    assert _indexes(plan) == {"ix_effects_state_created_at_id"}
+    _no_seq_scan_on_big_tables(_plan(loaded, HEALTH["oldest_pending"], {}))
+    _no_seq_scan_on_big_tables(_plan(loaded, HEALTH["recent_deliveries"], {}))
