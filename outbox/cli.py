@@ -21,6 +21,10 @@ COMMAND_MODULES = [
     "outbox.db_cmd",
     "outbox.demo_cmd",
     "outbox.receiver_cmd",
+    "outbox.dispatcher_cmd",
+    "outbox.endpoints_cmd",
+    "outbox.api_cmd",
+    "outbox.tokens_cmd",
 ]
 
 

@@ -66,7 +66,14 @@ class Receiver:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         with self._lock:
-            self.requests.append(Seen(request.path, {k.lower(): v for k, v in request.headers.items()}, body, time.time()))
+            self.requests.append(
+                Seen(
+                    request.path,
+                    {k.lower(): v for k, v in request.headers.items()},
+                    body,
+                    time.time(),
+                )
+            )
             script = self._scripts.get(request.path, [Reply()])
             reply = script.pop(0) if len(script) > 1 else script[0]
         if reply.delay_s:

@@ -27,9 +27,11 @@ def _enqueue(engine: Engine, n: int, endpoint: str = "hook") -> list[str]:
 
 def _state(engine: Engine, key: str) -> dict[str, object]:
     with engine.connect() as conn:
-        row = conn.execute(
-            sa.text("SELECT * FROM effects WHERE idempotency_key = :k"), {"k": key}
-        ).mappings().one()
+        row = (
+            conn.execute(sa.text("SELECT * FROM effects WHERE idempotency_key = :k"), {"k": key})
+            .mappings()
+            .one()
+        )
     return dict(row)
 
 
@@ -151,9 +153,7 @@ def test_a_key_in_the_ledger_is_settled_without_sending(engine: Engine) -> None:
     (key,) = _enqueue(engine, 1)
     with engine.begin() as conn:
         conn.execute(
-            sa.text(
-                "INSERT INTO key_ledger VALUES (:k, 'hook', 'x', now() - interval '1 day')"
-            ),
+            sa.text("INSERT INTO key_ledger VALUES (:k, 'hook', 'x', now() - interval '1 day')"),
             {"k": key},
         )
     assert store.claim(engine, "w1", 10, 30) == []
@@ -186,9 +186,13 @@ def test_the_claim_uses_the_due_index(engine: Engine) -> None:
         )
         conn.execute(sa.text("ANALYZE effects"))
         sql = store._Q["claim"].text
-        plan = conn.execute(
-            sa.text("EXPLAIN " + sql),
-            {"worker_id": "w", "limit": 10, "lease_seconds": 30},
-        ).scalars().all()
+        plan = (
+            conn.execute(
+                sa.text("EXPLAIN " + sql),
+                {"worker_id": "w", "limit": 10, "lease_seconds": 30},
+            )
+            .scalars()
+            .all()
+        )
         conn.rollback()
     assert any("ix_effects_due" in line for line in plan), "\n".join(plan)

@@ -106,7 +106,9 @@ def test_410_kills_the_effect_and_pauses_the_endpoint(
     states = sorted(_effect(engine, k)["state"] for k in keys)
     assert states == ["dead", "pending", "pending"]
     with engine.connect() as conn:
-        enabled, reason = conn.execute(sa.text("SELECT enabled, paused_reason FROM endpoints")).one()
+        enabled, reason = conn.execute(
+            sa.text("SELECT enabled, paused_reason FROM endpoints")
+        ).one()
     assert enabled is False and "410" in reason
     assert _attempts(engine)[0]["outcome"] == "gone"
 
@@ -134,6 +136,7 @@ def test_other_4xx_is_dead_with_the_reason_and_redacted_headers(
     excerpt = attempt["response_excerpt"]
     assert "abc" not in excerpt and "s3cr3t" not in excerpt and "[redacted]" in excerpt
     assert len(excerpt.encode()) <= 2048
+    assert _effect(engine, key)["state"] == "dead"
 
 
 def test_a_connection_error_is_retried(engine: Engine, fast: Settings, receiver: Receiver) -> None:
@@ -142,6 +145,7 @@ def test_a_connection_error_is_retried(engine: Engine, fast: Settings, receiver:
     attempts = _attempts(engine)
     assert [a["outcome"] for a in attempts] == ["retry", "retry", "dead"]
     assert attempts[0]["error_class"] == "ClientConnectorError"
+    assert _effect(engine, key)["state"] == "dead"
 
 
 def test_the_default_ssrf_guard_refuses_internal_addresses(
