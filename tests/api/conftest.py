@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
@@ -67,3 +75,74 @@ def window(days: int = 1) -> dict[str, str]:
         "since": (now - dt.timedelta(days=days)).isoformat(),
         "until": (now + dt.timedelta(minutes=5)).isoformat(),
     }
+
+
+@dataclasses.dataclass
+class Served:
+    """``outbox api serve`` running in a subprocess on a free loopback port."""
+
+    url: str
+    proc: subprocess.Popen[str]
+
+    def stop(self) -> int:
+        """SIGTERM, as a supervisor would; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def served(api_settings: Settings, endpoints: None, tmp_path: Path) -> Iterator[Served]:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": api_settings.database_url,
+        "OUTBOX_SENSITIVE_FIELDS": ",".join(api_settings.sensitive_fields),
+    }
+    log = (tmp_path / "api.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "outbox",
+            "--log-format",
+            "text",
+            "api",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = Served(url=f"http://127.0.0.1:{port}", proc=proc)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            log.close()
+            raise AssertionError(f"api did not start: {(tmp_path / 'api.log').read_text()}")
+        time.sleep(0.1)
+    yield server
+    server.stop()
+    log.close()

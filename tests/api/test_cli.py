@@ -1,0 +1,51 @@
+"""The CLI: ``outbox tokens`` prints a token once; ``outbox api serve`` stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from sqlalchemy.engine import Engine
+
+from dispatcher import tokens
+from outbox.cli import main
+from tests.api.conftest import Served
+
+
+@pytest.fixture
+def keep_logging() -> Iterator[None]:
+    """``main`` configures logging for the process; put pytest's handlers back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("keep_logging")
+def test_tokens_create_list_revoke(
+    db_url: str, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--database-url", db_url, "--log-format", "text"]
+    assert main([*base, "tokens", "create", "--name", "ann", "--role", "support", "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    with engine.begin() as conn:
+        assert tokens.authenticate(conn, created["token"]).role == "support"
+    assert main([*base, "tokens", "list", "--json"]) == 0
+    listed = capsys.readouterr().out
+    assert json.loads(listed)["name"] == "ann" and created["token"] not in listed
+    assert main([*base, "tokens", "revoke", "ann"]) == 0
+    capsys.readouterr()
+    with pytest.raises(tokens.AuthenticationFailed), engine.begin() as conn:
+        tokens.authenticate(conn, created["token"])
+    assert main([*base, "tokens", "revoke", "ann"]) == 2  # already revoked: says so
+    assert "no live token" in capsys.readouterr().err
+
+
+def test_api_serve_answers_over_http_and_exits_0_on_sigterm(served: Served) -> None:
+    assert httpx.get(f"{served.url}/healthz").json() == {"status": "ok"}
+    assert httpx.get(f"{served.url}/v1/status").status_code == 401
+    assert served.stop() == 0
