@@ -26,6 +26,16 @@ if ! command -v docker-compose >/dev/null 2>&1 && can_apt; then
         || echo "docker-compose could not be installed; the compose test will skip" >&2
 fi
 
+# Optional: Debian's chromium, for the support page's headless-browser test
+# (tests/api/test_browser.py, driven by Playwright; Playwright never downloads a
+# browser here). Installed when we can; the test skips, saying why, when it cannot.
+install_chromium() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }
+if [ ! -x /usr/bin/chromium ] && can_apt; then
+    echo "installing from Debian packages: chromium (optional, for the browser test)"
+    install_chromium || { apt-get update -qq && install_chromium; } \
+        || echo "chromium could not be installed; the browser test will skip" >&2
+fi
+
 missing=""
 have_pg_bins || missing="$missing postgresql"
 have_java || missing="$missing openjdk-17-jre-headless"

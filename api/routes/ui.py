@@ -52,8 +52,9 @@ def _page(request: Request, name: str, code: int = 200, **context: object) -> HT
 def error_page(request: Request, exc: OutboxError, status: int) -> Response:
     """Domain errors on /ui render a page; an unknown session sends you to sign in."""
     if status == 401:
-        # A first visit has no cookie: show the form, not an error.
-        error = str(exc) if request.cookies.get(COOKIE) else None
+        # A first visit has no cookie and tried nothing: show the form, not an error.
+        tried = request.cookies.get(COOKIE) or request.url.path == "/ui/login"
+        error = str(exc) if tried else None
         return _page(request, "login.html", code=401, error=error)
     return _page(request, "error.html", code=status, error=str(exc), status_code=status)
 
@@ -110,8 +111,9 @@ def search(request: Request, conn: Conn, token: Session, q: str = "") -> Respons
             batch_id=batch_id,
         )
     elif q:
-        since = now - dt.timedelta(days=MAX_RANGE_DAYS)
-        flt = build_filter(since=since, until=now + dt.timedelta(minutes=1), recipient=q)
+        until = now + dt.timedelta(minutes=1)
+        since = until - dt.timedelta(days=MAX_RANGE_DAYS)
+        flt = build_filter(since=since, until=until, recipient=q)
     else:
         return RedirectResponse("/ui", status_code=303)
     page = audit.search(conn, flt, limit=MAX_PAGE)

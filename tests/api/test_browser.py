@@ -1,0 +1,60 @@
+"""End to end in headless Chromium: sign in, search a recipient, open the effect, see attempts.
+
+Needs Debian's ``chromium`` (``make test`` installs it when run as root with
+apt-get, via .ci/system-deps.sh); without it the test skips and says why.
+Playwright drives the system browser: it never downloads one.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from tests.api.builders import story
+from tests.api.conftest import Served, Tokens
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_support_finds_a_recipients_effect_and_its_attempts(
+    served: Served, api_tokens: Tokens, engine: Engine
+) -> None:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(
+            f"{CHROMIUM} not found: install Debian's chromium (`apt-get install chromium`; "
+            "`make test` does it when run as root)"
+        )
+    from playwright.sync_api import expect, sync_playwright
+
+    built = story(engine)
+    dead = built["dead"].key
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            context = browser.new_context(base_url=served.url)
+            page = context.new_page()
+            page.goto("/ui")
+            page.fill("#token", api_tokens.support)
+            page.click("form.login button")
+            expect(page.get_by_role("heading", name="Status")).to_be_visible()
+            (cookie,) = context.cookies()
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+            page.fill("input[name=q]", "bob@example.com")
+            page.press("input[name=q]", "Enter")
+            expect(page.locator("table.results tbody tr")).to_have_count(2)
+            page.click(f"a[href='/ui/effects/{dead}']")
+
+            expect(page.locator("#effect-state")).to_have_text("dead")
+            attempts = page.locator("#attempts li")
+            expect(attempts).to_have_count(1)
+            expect(attempts.first).to_contain_text("HTTP 400")
+            expect(attempts.first).to_contain_text("bad field")
+            expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
+        finally:
+            browser.close()
