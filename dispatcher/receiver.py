@@ -112,7 +112,11 @@ async def start(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0: any free port)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when
+    # it is explicit, and without it a multi-line reply (SMTP EHLO) waits ~40 ms for
+    # the client's delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(512)

@@ -89,7 +89,12 @@ def serve_mailcatcher(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run_mailcatcher(args: argparse.Namespace) -> int:
+    import logging
+
     from dispatcher import mailcatcher, receiver
+
+    # aiosmtpd logs every SMTP command at INFO: far too chatty for a catcher.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
 
     receipts = _receipts(args)
     smtp, smtp_port = await mailcatcher.start_smtp(receipts, args.host, args.port)
