@@ -1,0 +1,90 @@
+-- name: effects_by_endpoint_state
+-- The report's core: how many effects each endpoint has in each state.
+SELECT endpoint, state, count(*) AS n FROM effects GROUP BY endpoint, state;
+
+-- name: attempts_by_endpoint_outcome
+-- Every delivery attempt, by endpoint and outcome (delivered, retry, dead, gone, stale).
+SELECT f.endpoint, a.outcome, count(*) AS n
+FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
+GROUP BY f.endpoint, a.outcome;
+
+-- name: retried_effects
+-- Effects that needed at least one retry: each is counted once, however many it needed.
+SELECT f.endpoint, count(DISTINCT a.effect_id) AS n
+FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
+WHERE a.outcome = 'retry'
+GROUP BY f.endpoint;
+
+-- name: batches_by_job
+-- What the batch markers recorded per job (interfaces.md §6).
+SELECT job, count(*) AS batches,
+       COALESCE(sum(result_rows), 0) AS result_rows,
+       COALESCE(sum(effects_total), 0) AS effects_total,
+       COALESCE(sum(effects_new), 0) AS effects_new,
+       COALESCE(sum(effects_deduplicated), 0) AS effects_deduplicated,
+       COALESCE(sum(payload_mismatches), 0) AS payload_mismatches,
+       COALESCE(sum(rejects), 0) AS rejects
+FROM batches GROUP BY job ORDER BY job;
+
+-- name: reject_count
+-- Rows a job produced that broke the effect contract, kept with their reason.
+SELECT count(*) FROM rejects;
+
+-- name: reject_reasons
+-- A few reasons, for the report.
+SELECT reason, count(*) AS n FROM rejects GROUP BY reason ORDER BY n DESC, reason LIMIT :limit;
+
+-- name: unfinished_count
+-- Effects still to be delivered (pending or under a lease), to wait for a drain.
+SELECT count(*) FROM effects WHERE state IN ('pending', 'leased');
+
+-- name: delivered_count
+-- Progress of a drain.
+SELECT count(*) FROM effects WHERE state = 'delivered';
+
+-- name: dead_letters
+-- The first dead effects with their reason, for the report.
+SELECT idempotency_key, endpoint, attempts, last_error
+FROM effects WHERE state = 'dead' ORDER BY id LIMIT :limit;
+
+-- name: delivered_keys
+-- Keys delivered to one endpoint, to compare with what a receiver saw.
+SELECT idempotency_key FROM effects WHERE endpoint = :endpoint AND state = 'delivered';
+
+-- name: effect_keys
+-- Every key enqueued for one endpoint, whatever its state.
+SELECT idempotency_key FROM effects WHERE endpoint = :endpoint;
+
+-- name: invoice_fingerprint
+-- The whole invoices table as one digest: two databases with equal digests hold
+-- the same invoices (every column that a re-run must reproduce; not updated_at).
+SELECT count(*) AS n,
+       COALESCE(sum(amount), 0) AS total_amount,
+       md5(COALESCE(string_agg(
+           concat_ws('|', invoice_id, customer_id, invoice_date, currency, amount, units,
+                     event_count, customer_email),
+           ',' ORDER BY invoice_id), '')) AS digest
+FROM invoices;
+
+-- name: uncommitted_attempt
+-- A batch of :job caught between staging and its commit marker: staged rows of an
+-- attempt whose (job, batch_id) has no marker yet, and whether a session is running
+-- the merge right now. The demo's --crash waits for this moment to kill the driver.
+SELECT s.attempt_id, s.batch_id,
+       (SELECT count(*) FROM staged_effects e WHERE e.attempt_id = s.attempt_id) AS staged_effects,
+       (SELECT count(*) FROM staged_results r WHERE r.attempt_id = s.attempt_id) AS staged_results,
+       (SELECT count(*) FROM pg_stat_activity a
+         WHERE a.state = 'active' AND a.pid <> pg_backend_pid()
+           AND a.query ILIKE '%FROM staged_%' AND a.query NOT ILIKE '%pg_stat_activity%')
+           AS merging
+FROM staging_attempts s
+WHERE s.job = :job
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.job = s.job AND b.batch_id = s.batch_id)
+ORDER BY s.started_at DESC
+LIMIT 1;
+
+-- name: committed_batches
+-- Batches of :job that have their commit marker, for progress lines.
+SELECT count(*) AS batches, COALESCE(sum(result_rows), 0) AS result_rows,
+       COALESCE(sum(effects_new), 0) AS effects_new
+FROM batches WHERE job = :job;

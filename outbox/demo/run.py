@@ -1,0 +1,142 @@
+"""The order of the demo: database, receivers, endpoints, dispatchers, Spark, drain, report.
+
+Every component is its own ``outbox`` process, as in production. Loopback is
+allow-listed past the dispatcher's SSRF guard for the demo's own dispatchers
+only (``OUTBOX_SSRF_ALLOW_NETWORKS=127.0.0.0/8``), and the demo says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from dispatcher import db
+from dispatcher.settings import Settings
+from outbox.demo import crash, database, dispatch, receivers, report, serve, spark_stages
+from outbox.demo.progress import Stopwatch, say
+
+LOOPBACK = "127.0.0.0/8"
+
+
+def child_env(url: str, settings: Settings) -> dict[str, str]:
+    """The environment of every child: this run's database, JSON logs, Spark on loopback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    return env | {
+        "DATABASE_URL": url,
+        "OUTBOX_STATE_DIR": str(settings.state_dir.absolute()),
+        "OUTBOX_LOG_FORMAT": "json",
+        "OUTBOX_LOG_LEVEL": "INFO",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def dispatcher_env(env: dict[str, str]) -> dict[str, str]:
+    return env | {
+        "OUTBOX_SSRF_ALLOW_NETWORKS": LOOPBACK,
+        "OUTBOX_RETRY_SCHEDULE_S": ",".join(str(s) for s in database.DEMO_RETRY_SCHEDULE_S),
+        "OUTBOX_LEASE_SECONDS": "10",  # a killed dispatcher's leases come back soon
+        "OUTBOX_POLL_INTERVAL_S": "0.5",
+    }
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    run_dir = (settings.state_dir / "demo").absolute()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True)
+    sw = Stopwatch()
+    stoppers: list[Any] = []
+    try:
+        result, token = _pipeline(args, settings, run_dir, logs, sw, stoppers)
+        say(report.render(result))
+        if args.report_json:
+            Path(args.report_json).write_text(json.dumps(result, indent=2, default=str) + "\n")
+            say(f"report written to {args.report_json}")
+        ok = all(result["checks"].values())
+        if not args.no_serve:
+            _serve_until_interrupted(result, token)
+        return 0 if ok else 1
+    finally:
+        for stop in reversed(stoppers):
+            stop()
+
+
+def _pipeline(
+    args: argparse.Namespace,
+    settings: Settings,
+    run_dir: Path,
+    logs: Path,
+    sw: Stopwatch,
+    stoppers: list[Any],
+) -> tuple[dict[str, Any], str]:
+    say(
+        f"spark-outbox demo: {args.customers:,} customers, {args.events:,} events, seed {args.seed}"
+    )
+    say(f"logs of every process: {logs}")
+    with sw.stage("database: start, fresh database, migrate"):
+        demo_db = database.prepare(settings)
+        say(f"    {db.redact(demo_db.url)} at schema head")
+    env = child_env(demo_db.url, settings)
+    with sw.stage("receivers: webhook receiver + SMTP catcher"):
+        recv = receivers.start(env, logs, fail_rate=args.fail_rate, seed=args.seed)
+        stoppers.append(recv.stop)
+        say(f"    webhook receiver {recv.webhook_url}, SMTP catcher 127.0.0.1:{recv.smtp_port}")
+    with sw.stage("endpoints + one effect that must dead-letter"):
+        for line in database.register_endpoints(demo_db.url, recv, args.fail_rate):
+            say(f"    {line}")
+        key = database.enqueue_dead_letter(demo_db.url)
+        say(f"    enqueued {key[:12]}… to {database.DEAD_LETTER_ENDPOINT}: its receiver answers")
+        say("    400, which is not retried, so it dead-letters on purpose")
+    say(f"note: the demo's dispatchers allow {LOOPBACK} past the SSRF guard")
+    say("      (OUTBOX_SSRF_ALLOW_NETWORKS), because its receivers run on loopback.")
+    engine = db.create_engine(demo_db.url, pool_size=2)
+    stoppers.append(engine.dispose)
+    with sw.stage("dispatchers: start 2 replicas"):
+        dispatchers = dispatch.Dispatchers(dispatcher_env(env), logs)
+        stoppers.append(dispatchers.stop)
+    crash_events: list[str] = []
+    spark = spark_stages.SparkStages(args, env, run_dir, logs, engine)
+    spark.run_all(sw, crash_events if args.crash else None)
+    with sw.stage("dispatch: drain the outbox"):
+        if args.crash:
+            crash.kill_a_dispatcher_mid_drain(engine, dispatchers, crash_events)
+        dispatch.drain(engine, dispatchers, timeout_s=args.drain_timeout)
+        codes = dispatchers.stop()
+        say(f"    dispatchers stopped with SIGTERM, exit codes {codes}")
+    result = report.collect(engine, recv)
+    if args.crash:
+        with sw.stage("crash check: clean reference run"):
+            result["crash"] = crash.compare_with_clean_run(
+                spark, demo_db, engine, recv, crash_events
+            )
+            result["checks"] |= crash.checks(result["crash"])
+    with sw.stage("API + support token"):
+        api, base = serve.start_api(env, logs)
+        stoppers.append(api.stop)
+        result["support_url"] = f"{base}/ui"
+        result["api_url"] = base
+        token = serve.support_token(demo_db.url)
+    result["stages"] = sw.stages
+    result["sizes"] = {"customers": args.customers, "events": args.events, "seed": args.seed}
+    return result, token
+
+
+def _serve_until_interrupted(result: dict[str, Any], token: str) -> None:
+    say("")
+    say(f"support page: {result['support_url']}")
+    say(f"sign in with this support token (shown once): {token}")
+    say(f"API: {result['api_url']} (OpenAPI at {result['api_url']}/docs)")
+    say("serving until Ctrl-C ...")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    say("stopping ...")
