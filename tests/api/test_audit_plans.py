@@ -104,4 +104,3 @@ def test_search_by_state_and_metrics_gauges_use_indexes(loaded: Connection) -> N
     plan = _plan(loaded, AUDIT["search_effects"], _search_params(state="dead"))
     assert _indexes(plan) == {"ix_effects_state_created_at_id"}
     _no_seq_scan_on_big_tables(_plan(loaded, HEALTH["oldest_pending"], {}))
-    _no_seq_scan_on_big_tables(_plan(loaded, HEALTH["recent_deliveries"], {}))
