@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from api.deps import Conn, SettingsDep
+from api.params import Key
 from dispatcher import audit, health, operations, tokens
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
@@ -122,7 +123,7 @@ def search(request: Request, conn: Conn, token: Session, q: str = "") -> Respons
 
 @router.get("/effects/{key}", response_class=HTMLResponse)
 def effect(
-    request: Request, conn: Conn, token: Session, settings: SettingsDep, key: str
+    request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
     detail = audit.effect_detail(conn, key)
     payload = detail.effect.payload
@@ -136,7 +137,7 @@ def act(
     conn: Conn,
     token: Session,
     cookie: SessionCookie,
-    key: str,
+    key: Key,
     action: str,
     reason: Annotated[str, Form()],
     csrf: Annotated[str, Form()],
