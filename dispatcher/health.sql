@@ -28,17 +28,28 @@ ORDER BY worker_id;
 
 -- name: endpoint_health
 -- Per endpoint: paused or not, last success and consecutive failures since it,
--- judged from its latest 1000 attempts of the last day (bounded work per endpoint).
+-- judged from the attempts of its latest 200 effects: bounded work per endpoint
+-- (ix_effects_endpoint_created_at_id, then one ix_delivery_attempts_effect_id_attempt
+-- probe per effect: the LIMIT keeps the LATERAL a nested loop, never a scan of all
+-- attempts), whatever the other endpoints' traffic.
 SELECT ep.name, ep.kind, ep.enabled, ep.paused_reason, ep.paused_at,
        h.last_delivered_at, COALESCE(h.consecutive_failures, 0) AS consecutive_failures
 FROM endpoints ep
 LEFT JOIN LATERAL (
-    WITH recent AS (
+    WITH recent_effects AS (
+        SELECT f.id FROM effects f
+        WHERE f.endpoint = ep.name
+        ORDER BY f.created_at DESC, f.id DESC
+        LIMIT 200
+    ), recent AS (
         SELECT a.outcome, a.started_at
-        FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
-        WHERE f.endpoint = ep.name AND a.started_at > now() - interval '1 day'
-        ORDER BY a.started_at DESC
-        LIMIT 1000
+        FROM recent_effects r
+        CROSS JOIN LATERAL (
+            SELECT outcome, started_at FROM delivery_attempts
+            WHERE effect_id = r.id
+            ORDER BY attempt DESC
+            LIMIT 50
+        ) a
     ), last_ok AS (
         SELECT max(started_at) AS at FROM recent WHERE outcome = 'delivered'
     )
