@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -20,6 +21,7 @@ from dispatcher.filters import EffectFilter
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "operations.sql")
+log = logging.getLogger(__name__)
 
 MAX_BULK_CAP = 10_000
 
@@ -54,7 +56,17 @@ def record(
         "reason": _reason(reason),
         "details": json.dumps(details or {}, default=str),
     }
-    return int(conn.execute(_Q["record_action"], params).scalar_one())
+    action_id = int(conn.execute(_Q["record_action"], params).scalar_one())
+    log.info(
+        "operator action",
+        extra={
+            "event": f"operator.{action}",
+            "actor": actor,
+            "target": target,
+            "action_id": action_id,
+        },
+    )
+    return action_id
 
 
 def _refuse(conn: Connection, key: str, wanted: str, verb: str) -> Conflict | NotFound:
