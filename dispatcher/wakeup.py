@@ -66,7 +66,8 @@ class Listener:
                     conn.notifies.clear()
                     self._wake()
 
-            loop.add_reader(conn.fileno(), readable)
+            fd = conn.fileno()  # kept: a closed connection no longer tells it
+            loop.add_reader(fd, readable)
             try:
                 await lost
             except psycopg2.Error as exc:
@@ -74,6 +75,6 @@ class Listener:
                     "listener connection lost", extra={"event": "listener.lost", "error": str(exc)}
                 )
             finally:
-                loop.remove_reader(conn.fileno())
+                loop.remove_reader(fd)
                 with contextlib.suppress(psycopg2.Error):
                     conn.close()
