@@ -41,8 +41,8 @@ def forbidden_reason(address: Address) -> str | None:
         ("link-local (cloud metadata lives here)", address.is_link_local),
         ("CGNAT shared address space", address in _CGNAT),
         ("multicast", address.is_multicast),
-        ("private", address.is_private),
         ("reserved", address.is_reserved),
+        ("private", address.is_private),
     )
     for reason, hit in checks:
         if hit:

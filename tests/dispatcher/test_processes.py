@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import collections
 import signal
+import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,12 @@ def _hook(engine: Engine, url: str, **kw: object) -> str:
     with engine.begin() as conn:
         _, secret = add_webhook(conn, name="hook", url=url, **kw)  # type: ignore[arg-type]
     return secret
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _attempts(engine: Engine) -> list[dict[str, object]]:
@@ -122,10 +130,16 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
     _hook(engine, receiver.url(), rate_limit_per_s=0.2)
     procs.enqueue_many(engine, 4)
     env = procs.worker_env(db_url)
+    port = _free_port()
     worker = procs.start(
-        env | {"OUTBOX_WORKER_ID": "w"}, "--concurrency", "4", "--json", log=tmp_path / "w.log"
+        env | {"OUTBOX_WORKER_ID": "w"},
+        *("--concurrency", "4", "--json", "--metrics-port", str(port)),
+        log=tmp_path / "w.log",
     )
     procs.wait_for(lambda: len(receiver.seen()) == 1, 20, "the first send")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        exposed = resp.read().decode()
+    assert "outbox_in_flight 4.0" in exposed and "outbox_attempt_seconds" in exposed
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(20) == 0, (tmp_path / "w.log").read_text()
     assert '"delivered": 1' in (tmp_path / "w.log").read_text()
@@ -134,7 +148,7 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
         leased = conn.execute(
             sa.text(
                 "SELECT count(*) FROM effects WHERE lease_token IS NOT NULL OR (attempts > 0"
-                " AND state = 'pending'))"
+                " AND state = 'pending')"
             )
         ).scalar()
         stopped = conn.execute(

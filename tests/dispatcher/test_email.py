@@ -1,0 +1,124 @@
+"""E-mail effects through a real SMTP server (aiosmtpd) on loopback."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from aiosmtpd.controller import Controller
+from sqlalchemy.engine import Engine
+
+from dispatcher.channels.smtp import message_id
+from dispatcher.endpoints import add_email
+from dispatcher.enqueue import enqueue
+from dispatcher.keys import effect_key
+from dispatcher.settings import Settings
+from tests.dispatcher.conftest import run_worker
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[email.message.EmailMessage] = []
+        self.refuse_with: str | None = None
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: Any
+    ) -> str:
+        if self.refuse_with:
+            return self.refuse_with
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        self.messages.append(msg)  # type: ignore[arg-type]
+        return "250 Message accepted"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    inbox = Inbox()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+def _mail(engine: Engine, port: int, *effects: tuple[str | None, dict[str, Any]]) -> list[str]:
+    keys = []
+    with engine.begin() as conn:
+        add_email(
+            conn,
+            name="mail",
+            smtp_host="127.0.0.1",
+            smtp_port=port,
+            mail_from="billing@example.com",
+        )
+        for i, (recipient, payload) in enumerate(effects):
+            key = effect_key("mail", i)
+            enqueue(conn, key=key, endpoint="mail", payload=payload, recipient=recipient)
+            keys.append(key)
+    return keys
+
+
+def _states(engine: Engine) -> dict[str, tuple[str, str | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT idempotency_key, state, last_error FROM effects"))
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def test_an_email_is_delivered_with_a_message_id_from_the_key(
+    engine: Engine, fast: Settings, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    (key,) = _mail(
+        engine,
+        port,
+        ("ann@example.com", {"subject": "Invoice 7", "text": "Hi", "html": "<p>Hi</p>"}),
+    )
+    assert run_worker(fast, engine) == 0
+    (msg,) = inbox.messages
+    assert msg["Message-ID"] == message_id(key) == f"<{key}@spark-outbox>"
+    assert msg["To"] == "ann@example.com" and msg["Subject"] == "Invoice 7"
+    assert msg["From"] == "billing@example.com"
+    assert msg.get_body(("plain",)).get_content().strip() == "Hi"  # type: ignore[union-attr]
+    assert _states(engine)[key][0] == "delivered"
+
+
+def test_missing_recipient_or_subject_is_a_dead_letter_not_a_crash(
+    engine: Engine, fast: Settings, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    no_rcpt, no_subject = _mail(
+        engine, port, (None, {"subject": "s", "text": "t"}), ("bob@example.com", {"text": "t"})
+    )
+    assert run_worker(fast, engine) == 0
+    assert inbox.messages == []
+    states = _states(engine)
+    assert states[no_rcpt][0] == "dead" and "recipient is missing" in str(states[no_rcpt][1])
+    assert states[no_subject][0] == "dead" and "subject is missing" in str(states[no_subject][1])
+
+
+def test_a_permanent_smtp_refusal_is_dead_a_temporary_one_retried(
+    engine: Engine, fast: Settings, smtp: tuple[Inbox, int]
+) -> None:
+    inbox, port = smtp
+    inbox.refuse_with = "450 mailbox busy"
+    (key,) = _mail(engine, port, ("c@example.com", {"subject": "s", "text": "t"}))
+    assert run_worker(fast, engine) == 0
+    with engine.connect() as conn:
+        outcomes = conn.execute(
+            sa.text("SELECT outcome, status_code FROM delivery_attempts ORDER BY id")
+        ).all()
+    assert [tuple(o) for o in outcomes] == [("retry", 450), ("retry", 450), ("dead", 450)]
+    assert _states(engine)[key][0] == "dead"
