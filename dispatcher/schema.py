@@ -255,13 +255,18 @@ staged_effects = sa.Table(
     "staged_effects",
     metadata,
     sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    # The Spark task attempt that staged the row: the commit reads only rows of the
+    # task attempts that succeeded, so a retried task's leftovers are never merged.
+    sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("idempotency_key", sa.Text),
     sa.Column("endpoint", sa.Text),
     sa.Column("recipient", sa.Text),
-    sa.Column("payload", sa.Text),  # validated and cast to jsonb by the merge
+    sa.Column("payload", sa.Text),  # canonical JSON (validated by the executor), cast by the merge
+    sa.Column("payload_sha256", sa.Text),  # of the canonical bytes, as enqueue() computes it
     sa.Column("ordering_key", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
     sa.Column("reject_reason", sa.Text),  # set by the executor when the row breaks the contract
+    sa.Column("raw_row", sa.Text),  # the rejected row as JSON text (NULL for valid rows)
     sa.Index(None, "attempt_id"),
     prefixes=["UNLOGGED"],
 )
@@ -271,6 +276,7 @@ staged_results = sa.Table(
     "staged_results",
     metadata,
     sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("row", pg.JSONB, nullable=False),
     sa.Index(None, "attempt_id"),
     prefixes=["UNLOGGED"],

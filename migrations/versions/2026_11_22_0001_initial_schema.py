@@ -284,13 +284,16 @@ def upgrade() -> None:
     op.create_table(
         "staged_effects",
         sa.Column("attempt_id", sa.UUID(), nullable=False),
+        sa.Column("task_id", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("idempotency_key", sa.Text(), nullable=True),
         sa.Column("endpoint", sa.Text(), nullable=True),
         sa.Column("recipient", sa.Text(), nullable=True),
         sa.Column("payload", sa.Text(), nullable=True),
+        sa.Column("payload_sha256", sa.Text(), nullable=True),
         sa.Column("ordering_key", sa.Text(), nullable=True),
         sa.Column("not_before", sa.DateTime(timezone=True), nullable=True),
         sa.Column("reject_reason", sa.Text(), nullable=True),
+        sa.Column("raw_row", sa.Text(), nullable=True),
         prefixes=["UNLOGGED"],
     )
     op.create_index(
@@ -299,6 +302,7 @@ def upgrade() -> None:
     op.create_table(
         "staged_results",
         sa.Column("attempt_id", sa.UUID(), nullable=False),
+        sa.Column("task_id", sa.BigInteger(), server_default="0", nullable=False),
         sa.Column("row", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         prefixes=["UNLOGGED"],
     )

@@ -1,0 +1,113 @@
+"""Idempotency keys as a Spark column expression, byte-identical to ``dispatcher.keys``.
+
+Built from Spark's built-in functions only (no Python UDF: keys are on the hot
+path). Each part is encoded by its column's data type, exactly as
+``dispatcher.keys.encode_part`` encodes the Python value Spark would hand back:
+
+=================================  ==========================================
+Spark type                         encoding
+=================================  ==========================================
+string                             ``s`` + upper hex of the UTF-8 bytes
+byte/short/int/long                ``i`` + decimal
+boolean                            ``b1`` / ``b0``
+decimal(p, s)                      ``n`` + plain digits, trailing zeros cut
+date                               ``d`` + ``unix_date``
+timestamp (an instant)             ``t`` + ``unix_micros``
+binary                             ``x`` + upper hex
+NULL of any type                   ``N``
+=================================  ==========================================
+
+Refused when the expression is built: float/double (Python keys them by
+``float.hex()``, which no built-in reproduces; floats are not business identity
+anyway), ``timestamp_ntz`` (no time zone: it names no instant), and nested types.
+A property test (tests/spark/test_keys_agree.py) proves the agreement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dispatcher.errors import InvalidEffect
+from dispatcher.keys import KEY_VERSION, SEPARATOR, encode_part
+
+
+def effect_key_column(namespace: str, schema: Any, *columns: str) -> Any:
+    """A Column of 64-hex keys of ``(namespace, *columns)``, as ``effect_key`` would give.
+
+    ``schema`` is the DataFrame's StructType: each column's type picks its
+    encoding. Constants belong in the namespace (``"invoice.created"``).
+    """
+    from pyspark.sql import functions as F
+
+    return F.sha2(encoded_parts_column(namespace, schema, *columns), 256)
+
+
+def encoded_parts_column(namespace: str, schema: Any, *columns: str) -> Any:
+    """The string that is hashed, as ``dispatcher.keys.encode_parts`` builds it."""
+    from pyspark.sql import functions as F
+
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError("namespace: must be a non-empty string, e.g. 'invoice.created'")
+    encoded = [F.lit(KEY_VERSION), F.lit(encode_part(namespace))]
+    for name in columns:
+        if name not in schema.fieldNames():
+            raise InvalidEffect(
+                "key part", f"{name!r} is not a column", f"use one of {schema.fieldNames()}"
+            )
+        encoded.append(encode_column(F.col(name), schema[name].dataType, name))
+    return F.concat_ws(SEPARATOR, *encoded)
+
+
+def encode_column(col: Any, data_type: Any, name: str = "key part") -> Any:
+    """``<tag><body>`` of one typed column, ``N`` for NULL."""
+    from pyspark.sql import functions as F
+
+    body = _typed_body(col, data_type, name)
+    return F.when(col.isNull(), F.lit("N")).otherwise(body)
+
+
+def _typed_body(col: Any, data_type: Any, name: str) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.StringType):
+        return F.concat(F.lit("s"), F.hex(F.encode(col, "UTF-8")))
+    if isinstance(data_type, T.BooleanType):
+        return F.when(col, F.lit("b1")).otherwise(F.lit("b0"))
+    if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
+        return F.concat(F.lit("i"), col.cast("string"))
+    if isinstance(data_type, T.DecimalType):
+        return F.concat(F.lit("n"), _plain_decimal(col, data_type))
+    if isinstance(data_type, T.DateType):
+        return F.concat(F.lit("d"), F.unix_date(col).cast("string"))
+    if isinstance(data_type, T.TimestampType):
+        return F.concat(F.lit("t"), F.unix_micros(col).cast("string"))
+    if isinstance(data_type, T.BinaryType):
+        return F.concat(F.lit("x"), F.hex(col))
+    if isinstance(data_type, T.FloatType | T.DoubleType):
+        raise InvalidEffect(
+            name,
+            f"is a {data_type.simpleString()} column: floats are not business identity",
+            "cast to decimal(p,s) or string",
+        )
+    if isinstance(data_type, T.TimestampNTZType):
+        raise InvalidEffect(
+            name,
+            "is a timestamp_ntz column: without a time zone it names no instant",
+            "convert it with to_utc_timestamp(col, zone) or cast it to timestamp",
+        )
+    raise InvalidEffect(
+        name,
+        f"has type {data_type.simpleString()}, which keys do not support",
+        "use string, integer, decimal, boolean, binary, date or timestamp columns",
+    )
+
+
+def _plain_decimal(col: Any, data_type: Any) -> Any:
+    """Spark prints decimals plain with all ``scale`` digits; cut trailing zeros, -0 -> 0."""
+    from pyspark.sql import functions as F
+
+    text = col.cast("string")
+    if data_type.scale > 0:
+        text = F.regexp_replace(text, r"\.?0+$", "")
+    return F.when(col == F.lit(0), F.lit("0")).otherwise(text)

@@ -1,0 +1,160 @@
+"""The outbox sink: a batch's results and effects become visible in ONE commit.
+
+Two ways in: ``OutboxSink.write(results_df, effects_df, batch_id=...)`` for batch
+jobs (the batch id is a run id such as the logical date), and
+``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where ``derive``
+turns the micro-batch into ``(results_df, effects_df)``.
+
+Protocol (DESIGN.md): a batch whose marker exists is a replay and is skipped;
+otherwise executors stage rows in parallel under a fresh attempt id, and the
+driver commits them in one transaction fenced by the marker (spark_jobs.commit).
+Small batches skip the executors' staging: the driver streams them into the
+staging tables inside the commit transaction itself (same SQL, same result).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dispatcher import db
+from dispatcher.errors import ConfigurationError
+from spark_jobs import commit as store
+from spark_jobs import phases
+from spark_jobs.contract import effect_frame, result_frame
+from spark_jobs.executor import STAGED_SCHEMA, stage, stage_partition
+from spark_jobs.results import ResultsSpec
+
+log = logging.getLogger(__name__)
+Derive = Callable[[Any], tuple[Any, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxSink:
+    job: str
+    database_url: str
+    results: ResultsSpec | None = None
+    # "reject": bad effect rows go to rejects, good ones commit; "fail": abort the batch.
+    on_invalid: str = "reject"
+    # "auto": the driver path up to driver_path_max_rows rows, executors above.
+    path: str = "auto"
+    driver_path_max_rows: int = 10_000
+    abandoned_after_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.on_invalid not in ("reject", "fail"):
+            raise ConfigurationError(f"on_invalid={self.on_invalid!r}: use 'reject' or 'fail'")
+        if self.path not in ("auto", "executors", "driver"):
+            raise ConfigurationError(f"path={self.path!r}: use 'auto', 'executors' or 'driver'")
+
+    def foreach_batch(self, derive: Derive) -> Callable[[Any, int], None]:
+        """A ``foreachBatch`` callable: the micro-batch is persisted once, then derived."""
+
+        def run(batch_df: Any, batch_id: int) -> None:
+            engine = store.engine_for(self.database_url)
+            try:
+                if store.read_outcome(engine, self.job, str(batch_id), "replayed") is not None:
+                    self._log_replay(str(batch_id))
+                    return
+            finally:
+                engine.dispose()
+            batch_df.persist()
+            try:
+                results_df, effects_df = derive(batch_df)
+                self.write(results_df, effects_df, batch_id=str(batch_id))
+            finally:
+                batch_df.unpersist()
+
+        return run
+
+    def write(self, results_df: Any, effects_df: Any, *, batch_id: str) -> store.BatchOutcome:
+        """Commit one batch; a replayed batch id writes nothing and says so."""
+        engine = store.engine_for(self.database_url)
+        try:
+            replay = store.read_outcome(engine, self.job, batch_id, "replayed")
+            if replay is not None:
+                self._log_replay(batch_id)
+                return replay
+            return self._write(engine, results_df, effects_df, batch_id)
+        finally:
+            engine.dispose()
+
+    def _write(self, engine: Any, results_df: Any, effects_df: Any, batch_id: str) -> Any:
+        effects = effect_frame(effects_df).persist()
+        results = result_frame(results_df).persist() if results_df is not None else None
+        try:
+            request = store.CommitRequest(
+                job=self.job,
+                batch_id=batch_id,
+                results=self.results if results is not None else None,
+                result_columns=tuple(results_df.columns) if results_df is not None else (),
+                on_invalid=self.on_invalid,
+                spark_app_id=effects_df.sparkSession.sparkContext.applicationId,
+            )
+            attempt_id = store.begin_attempt(engine, self.job, batch_id, self.abandoned_after_s)
+            phases.reached("staging")
+            if self._use_driver(effects, results):
+                outcome = self._commit_through_driver(engine, request, attempt_id, effects, results)
+            else:
+                staged = self._stage_on_executors(attempt_id, effects, results)
+                phases.reached("staged")
+                outcome = store.commit(engine, request, staged)
+        finally:
+            effects.unpersist()
+            if results is not None:
+                results.unpersist()
+        if outcome.status == "lost_race":
+            with engine.begin() as conn:
+                store.drop_staging(conn, [attempt_id])
+        log.info(
+            "batch %s", outcome.status, extra={"event": f"batch.{outcome.status}", **vars(outcome)}
+        )
+        return outcome
+
+    def _use_driver(self, effects: Any, results: Any) -> bool:
+        if self.path != "auto":
+            return self.path == "driver"
+        rows = effects.count() + (results.count() if results is not None else 0)
+        return rows <= self.driver_path_max_rows
+
+    def _stage_on_executors(self, attempt_id: str, effects: Any, results: Any) -> store.Staged:
+        dsn = db.libpq_url(self.database_url)
+        schema = STAGED_SCHEMA
+        fx = effects.mapInArrow(stage_partition(dsn, attempt_id, "effects"), schema).collect()
+        rs = (
+            results.mapInArrow(stage_partition(dsn, attempt_id, "results"), schema).collect()
+            if results is not None
+            else []
+        )
+        return store.Staged(
+            attempt_id=attempt_id,
+            effect_tasks=tuple(r["task_id"] for r in fx),
+            result_tasks=tuple(r["task_id"] for r in rs),
+            effect_rows=sum(r["rows"] for r in fx),
+            result_rows=sum(r["rows"] for r in rs),
+        )
+
+    def _commit_through_driver(
+        self, engine: Any, request: Any, attempt_id: str, effects: Any, results: Any
+    ) -> store.BatchOutcome:
+        effect_batches = effects.toArrow().to_batches()
+        result_batches = results.toArrow().to_batches() if results is not None else []
+
+        def stage_in_tx(cursor: Any) -> store.Staged:
+            return store.Staged(
+                attempt_id=attempt_id,
+                effect_tasks=(0,),
+                result_tasks=(0,),
+                effect_rows=stage(cursor, "effects", effect_batches, attempt_id, 0),
+                result_rows=stage(cursor, "results", result_batches, attempt_id, 0),
+            )
+
+        return store.commit(engine, request, store.Staged(attempt_id), stage_in_tx)
+
+    def _log_replay(self, batch_id: str) -> None:
+        log.info(
+            "batch already committed: replay skipped",
+            extra={"event": "batch.replayed", "job": self.job, "batch_id": batch_id},
+        )

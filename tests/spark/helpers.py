@@ -1,0 +1,70 @@
+"""Small builders shared by the Spark tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatcher.keys import effect_key
+from spark_jobs.results import ResultsSpec
+from spark_jobs.sink import OutboxSink
+
+EFFECT_SCHEMA = "idempotency_key string, endpoint string, payload string, recipient string"
+INVOICE_SCHEMA = (
+    "invoice_id string, customer_id string, invoice_date date, currency string, "
+    "amount decimal(18,4), units long, event_count long, customer_email string, "
+    "job string, batch_id string"
+)
+INVOICES = ResultsSpec("invoices", ("invoice_id",))
+
+
+def effect_rows(n: int, *, endpoint: str = "hook", version: int = 1) -> list[tuple[Any, ...]]:
+    return [
+        (effect_key("test.effect", i), endpoint, json.dumps({"n": i, "v": version}), f"r{i}")
+        for i in range(n)
+    ]
+
+
+def invoice_rows(n: int, job: str = "t", batch_id: str = "b1") -> list[tuple[Any, ...]]:
+    import datetime as dt
+    from decimal import Decimal
+
+    return [
+        (f"inv{i}", f"c{i}", dt.date(2026, 1, 1), "EUR", Decimal(i) / 4, i, 1, None, job, batch_id)
+        for i in range(n)
+    ]
+
+
+def sink(db_url: str, **overrides: Any) -> OutboxSink:
+    return OutboxSink(**{"job": "t", "database_url": db_url, "results": INVOICES, **overrides})
+
+
+def table(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(sql))]
+
+
+def marker(engine: Engine, batch_id: str, job: str = "t") -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = (
+            conn.execute(
+                sa.text("SELECT * FROM batches WHERE job = :j AND batch_id = :b"),
+                {"j": job, "b": batch_id},
+            )
+            .mappings()
+            .one()
+        )
+    return dict(row)
+
+
+EFFECTS_SNAPSHOT = (
+    "SELECT idempotency_key, job, batch_id, endpoint, recipient, payload::text, payload_sha256, "
+    "state FROM effects ORDER BY idempotency_key"
+)
+INVOICES_SNAPSHOT = (
+    "SELECT invoice_id, customer_id, invoice_date, currency, amount, units, event_count, "
+    "customer_email FROM invoices ORDER BY invoice_id"
+)
