@@ -62,6 +62,7 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> l
     """Lease up to ``limit`` due effects; keys already delivered are settled, not returned."""
     params = {"worker_id": worker_id, "limit": limit, "lease_seconds": lease_seconds}
     with engine.begin() as conn:
+        conn.execute(_Q["claim_plan"])
         rows = conn.execute(_Q["claim"], params).mappings().all()
     return [
         Claimed(

@@ -1,3 +1,10 @@
+-- name: claim_plan
+-- The claim must walk ix_effects_due in order and stop at LIMIT. Right after a
+-- big batch commit the table has no fresh statistics and the planner would
+-- bitmap-scan and sort every due row instead (measured: 39 ms vs 6 ms per claim
+-- with 30k due), so the claim's own transaction rules those plans out.
+SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off;
+
 -- name: claim
 -- Lease up to :limit due effects (first claims and expired leases alike, via
 -- ix_effects_due) whose batch is committed and whose endpoint is enabled; SKIP
@@ -10,7 +17,9 @@ WITH due AS (
       AND e.next_attempt_at <= now()
       AND (e.job IS NULL OR EXISTS (
             SELECT 1 FROM batches b WHERE b.job = e.job AND b.batch_id = e.batch_id))
-      AND EXISTS (SELECT 1 FROM endpoints p WHERE p.name = e.endpoint AND p.enabled)
+      -- NOT IN (a hashed filter) rather than a join: the scan stays in index order
+      -- and stops at LIMIT. An unregistered endpoint is claimed and dead-lettered.
+      AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
     ORDER BY e.next_attempt_at
     LIMIT :limit
     FOR UPDATE OF e SKIP LOCKED
