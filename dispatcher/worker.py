@@ -93,8 +93,11 @@ class Worker:
         return 1 if self._crash is not None else 0
 
     def _side_task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or (self._stopping.is_set() and task.get_name() == "recorder"):
+        if task.cancelled():
             return
+        finished = task.get_name() == "recorder" and self._stopping.is_set()
+        if finished and task.exception() is None:
+            return  # the recorder ends after its last batch at shutdown
         self._crash = task.exception() or RuntimeError(f"side task {task.get_name()} returned")
         log.error(
             "side task crashed; stopping",
@@ -174,6 +177,16 @@ class Worker:
             self.metrics.deliveries.labels(r.endpoint, outcome).inc()
             if outcome == "delivered":
                 self.delivered += 1
+                if log.isEnabledFor(logging.DEBUG):
+                    log.debug(
+                        "delivered",
+                        extra={
+                            "event": "effect.delivered",
+                            "idempotency_key": r.key,
+                            "endpoint": r.endpoint,
+                            "attempt": r.attempt,
+                        },
+                    )
                 continue
             self.failed += 1
             log.log(
