@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import OperationalError
 
+from api.routes.ui import error_page
 from dispatcher.errors import (
     ConfigurationError,
     Conflict,
@@ -67,8 +68,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(OutboxError)
     async def outbox_error(request: Request, exc: OutboxError) -> Response:
         if request.url.path.startswith("/ui"):
-            from api.routes.ui import error_page
-
             return error_page(request, exc, status_for(exc))
         return _json(exc, request)
 

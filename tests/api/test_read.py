@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import io
 
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
@@ -191,3 +192,23 @@ def test_created_at_ties_do_not_lose_rows_across_pages() -> None:
 
     at = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
     assert Cursor.decode(Cursor(at, 42).encode()) == Cursor(at, 42)
+
+
+def test_a_purged_key_still_answers_when_it_was_delivered(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    from dispatcher.schema import key_ledger
+
+    key = "c" * 64
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(key_ledger).values(
+                idempotency_key=key,
+                endpoint="billing-webhook",
+                payload_sha256="0" * 64,
+                delivered_at=dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
+            )
+        )
+    response = client.get(f"/v1/effects/{key}", headers=api_tokens.auth("support"))
+    assert response.status_code == 404
+    assert "delivered to billing-webhook at 2026-01-02" in response.json()["detail"]
