@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
+from dispatcher.schema import key_ledger
 from tests.api.builders import add_effect, story
 from tests.api.conftest import Tokens, window
 
@@ -197,8 +198,6 @@ def test_created_at_ties_do_not_lose_rows_across_pages() -> None:
 def test_a_purged_key_still_answers_when_it_was_delivered(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
-    from dispatcher.schema import key_ledger
-
     key = "c" * 64
     with engine.begin() as conn:
         conn.execute(
