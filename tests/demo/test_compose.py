@@ -54,7 +54,10 @@ def test_docker_compose_accepts_the_file_and_it_has_every_role(config: dict[str,
         "dispatcher", "api", "receiver", "mailcatcher",
     }  # fmt: skip
     assert config["services"]["dispatcher"]["deploy"]["replicas"] == 2
-    assert "spark://spark-master:7077" in config["services"]["billing"]["command"]
+    billing = config["services"]["billing"]
+    assert "spark://spark-master:7077" in billing["command"]
+    # Executors on the worker connect back to the driver at SPARK_LOCAL_IP.
+    assert billing["environment"]["SPARK_LOCAL_IP"] == "billing"
 
 
 @needs_compose
