@@ -33,6 +33,14 @@ templates = Jinja2Templates(
         autoescape=True,
     )
 )
+
+
+def _ts(at: dt.datetime | None) -> str:
+    """Timestamps to the second, with their zone: what a support person reads."""
+    return "" if at is None else f"{at:%Y-%m-%d %H:%M:%S %Z}"
+
+
+templates.env.filters["ts"] = _ts
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 

@@ -56,5 +56,9 @@ def test_support_finds_a_recipients_effect_and_its_attempts(
             expect(attempts.first).to_contain_text("HTTP 400")
             expect(attempts.first).to_contain_text("bad field")
             expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
+            if shots := os.environ.get("OUTBOX_SCREENSHOTS"):  # look at what the test saw
+                page.screenshot(path=f"{shots}/effect.png", full_page=True)
+                page.goto("/ui")
+                page.screenshot(path=f"{shots}/status.png", full_page=True)
         finally:
             browser.close()
