@@ -73,12 +73,21 @@ class Delivery:
                 return store.Release(effect.id, effect.lease_token, min(rest_s, 3600.0))
             if not await self._limits.take(endpoint.name, endpoint.rate_limit_per_s, self._hold):
                 return store.Release(effect.id, effect.lease_token)
+            left_s = effect.lease_deadline - time.monotonic()
+            if left_s < self._settings.lease_seconds / 2:
+                # Waited too long for its turn: sending now could outlive the lease
+                # and race a worker that re-claimed it. Hand it back instead.
+                return store.Release(effect.id, effect.lease_token)
         started_at = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         if endpoint is None:
             sent = Sent("dead", error_class="UnknownEndpoint", error="endpoint is not registered")
         else:
-            sent = await self._channels[endpoint.kind].send(endpoint, effect)
+            # A send never outlives its lease (on our clock): the timeout is capped by it.
+            timeout_s = max(
+                0.001, min(endpoint.timeout_s, effect.lease_deadline - time.monotonic())
+            )
+            sent = await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
             self._breakers.outcome(endpoint.name, sent.outcome)
         duration_s = time.perf_counter() - t0
         self._metrics.attempt_seconds.labels(effect.endpoint).observe(duration_s)

@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import socket
+import time
 from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
@@ -36,6 +37,8 @@ class Claimed:
     attempt: int
     lease_token: str
     created_at: dt.datetime
+    # time.monotonic() by which the lease has surely expired (taken before the claim).
+    lease_deadline: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,7 @@ class Result:
 def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
     """Lease up to ``limit`` due effects; keys already delivered are settled, not returned."""
     params = {"worker_id": worker_id, "limit": limit, "lease_seconds": lease_seconds}
+    deadline = time.monotonic() + lease_seconds
     with engine.begin() as conn:
         conn.execute(_Q["claim_plan"])
         rows = conn.execute(_Q["claim"], params).mappings().all()
@@ -74,6 +78,7 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> l
             attempt=r["attempts"],
             lease_token=str(r["lease_token"]),
             created_at=r["created_at"],
+            lease_deadline=deadline,
         )
         for r in rows
         if not r["already_delivered"]

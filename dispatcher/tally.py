@@ -88,28 +88,10 @@ def invoice_digest(conn: Connection) -> InvoiceDigest:
     return InvoiceDigest(rows=int(row.n), total_amount=Decimal(row.total_amount), digest=row.digest)
 
 
-@dataclasses.dataclass(frozen=True)
-class Uncommitted:
-    """A batch attempt that has staged rows but no commit marker yet."""
-
-    attempt_id: str
-    batch_id: str
-    staged_effects: int
-    staged_results: int
-    merging: bool
-
-
-def uncommitted_attempt(conn: Connection, job: str) -> Uncommitted | None:
-    row = conn.execute(_Q["uncommitted_attempt"], {"job": job}).first()
-    if row is None:
-        return None
-    return Uncommitted(
-        attempt_id=str(row.attempt_id),
-        batch_id=str(row.batch_id),
-        staged_effects=int(row.staged_effects),
-        staged_results=int(row.staged_results),
-        merging=bool(row.merging),
-    )
+def open_transactions(conn: Connection) -> tuple[int, float]:
+    """(sessions with an open transaction, age in seconds of the oldest)."""
+    row = conn.execute(_Q["open_transactions"]).one()
+    return int(row.n), float(row.oldest_s)
 
 
 def committed_batches(conn: Connection, job: str) -> dict[str, int]:

@@ -66,22 +66,14 @@ SELECT count(*) AS n,
            ',' ORDER BY invoice_id), '')) AS digest
 FROM invoices;
 
--- name: uncommitted_attempt
--- A batch of :job caught between staging and its commit marker: staged rows of an
--- attempt whose (job, batch_id) has no marker yet, and whether a session is running
--- the merge right now. The demo's --crash waits for this moment to kill the driver.
-SELECT s.attempt_id, s.batch_id,
-       (SELECT count(*) FROM staged_effects e WHERE e.attempt_id = s.attempt_id) AS staged_effects,
-       (SELECT count(*) FROM staged_results r WHERE r.attempt_id = s.attempt_id) AS staged_results,
-       (SELECT count(*) FROM pg_stat_activity a
-         WHERE a.state = 'active' AND a.pid <> pg_backend_pid()
-           AND a.query ILIKE '%FROM staged_%' AND a.query NOT ILIKE '%pg_stat_activity%')
-           AS merging
-FROM staging_attempts s
-WHERE s.job = :job
-  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.job = s.job AND b.batch_id = s.batch_id)
-ORDER BY s.started_at DESC
-LIMIT 1;
+-- name: open_transactions
+-- Sessions of this database inside an open transaction, other than this one: a
+-- killed driver's commit shows here until the server notices the dead connection.
+SELECT count(*) AS n, COALESCE(max(extract(epoch FROM now() - xact_start)), 0) AS oldest_s
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND state IN ('idle in transaction', 'active') AND xact_start IS NOT NULL
+  AND backend_type = 'client backend';
 
 -- name: committed_batches
 -- Batches of :job that have their commit marker, for progress lines.

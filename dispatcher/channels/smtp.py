@@ -51,8 +51,8 @@ def build_message(endpoint: Endpoint, effect: Claimed) -> EmailMessage | str:
     return msg
 
 
-def _send_sync(endpoint: Endpoint, msg: EmailMessage) -> None:
-    host, port, timeout = endpoint.smtp_host or "", endpoint.smtp_port or 25, endpoint.timeout_s
+def _send_sync(endpoint: Endpoint, msg: EmailMessage, timeout: float) -> None:
+    host, port = endpoint.smtp_host or "", endpoint.smtp_port or 25
     context = ssl.create_default_context()
     smtp: smtplib.SMTP
     if endpoint.smtp_tls == "tls":
@@ -102,12 +102,12 @@ class EmailChannel:
     async def close(self) -> None:
         return None
 
-    async def send(self, endpoint: Endpoint, effect: Claimed) -> Sent:
+    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
         msg = build_message(endpoint, effect)
         if isinstance(msg, str):
             return Sent("dead", error_class="InvalidEmail", error=msg)
         try:
-            await asyncio.to_thread(_send_sync, endpoint, msg)
+            await asyncio.to_thread(_send_sync, endpoint, msg, timeout_s)
         except (smtplib.SMTPException, OSError) as exc:
             return _classify(exc)
         return Sent("delivered", status_code=250)

@@ -67,13 +67,13 @@ class WebhookChannel:
         if self._session is not None:
             await self._session.close()
 
-    async def send(self, endpoint: Endpoint, effect: Claimed) -> Sent:
+    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
         """POST the payload, signed; never raises for a delivery problem."""
         assert self._session is not None, "start() the channel first"
         body = effect.payload.encode("utf-8")
         key = signing_key(endpoint.signing_secret or "")
         headers = signing.headers(key, effect.key, int(time.time()), body)
-        timeout = aiohttp.ClientTimeout(total=endpoint.timeout_s)
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
             async with self._session.post(
                 endpoint.url or "",
@@ -92,7 +92,7 @@ class WebhookChannel:
                     retry_after_s=parse_retry_after(resp.headers.get("Retry-After")),
                 )
         except TimeoutError:
-            return Sent("retry", error_class="Timeout", error=f"no answer in {endpoint.timeout_s}s")
+            return Sent("retry", error_class="Timeout", error=f"no answer in {timeout_s:.3g}s")
         except (aiohttp.ClientError, OSError) as exc:
             refused = ssrf.refusal_in(exc)
             if refused is not None:

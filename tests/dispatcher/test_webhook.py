@@ -189,3 +189,20 @@ def test_payload_bytes_sent_are_the_stored_json(
     assert time.monotonic() - start < 10
     bodies = sorted(json.loads(r.body)["n"] for r in receiver.seen())
     assert bodies == list(range(20))
+
+
+def test_rate_limited_effects_never_wait_past_half_their_lease(
+    engine: Engine, fast: Settings, receiver: Receiver
+) -> None:
+    _, keys = _setup(engine, receiver.url(), n=6, rate_limit_per_s=4.0)
+    short_lease = dataclasses.replace(fast, lease_seconds=1.0, concurrency=6)
+    assert run_worker(short_lease, engine) == 0
+    # Those that waited too long for a token were handed back, not sent late:
+    # every key was sent exactly once and no attempt went unrecorded.
+    assert sorted(receiver.keys()) == sorted(keys)
+    with engine.connect() as conn:
+        counted, logged = conn.execute(
+            sa.text("SELECT sum(attempts), (SELECT count(*) FROM delivery_attempts) FROM effects")
+        ).one()
+    assert counted == logged == 6
+    assert {_effect(engine, k)["state"] for k in keys} == {"delivered"}
