@@ -60,12 +60,20 @@ def export_effects(engine: EngineDep, _: Reader, flt: Filter) -> StreamingRespon
     )
 
 
+def _cell(value: object) -> object:
+    """Neutralise spreadsheet formulas: a receiver's error text or a recipient that
+    starts with = + - @ would run as a formula in the support person's spreadsheet."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def _csv_lines(engine: EngineDep, flt: EffectFilter) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
     for n, effect in enumerate(audit.export(engine, flt), start=1):
-        writer.writerow([getattr(effect, c) for c in CSV_COLUMNS])
+        writer.writerow([_cell(getattr(effect, c)) for c in CSV_COLUMNS])
         if n % 500 == 0:
             yield buffer.getvalue()
             buffer.seek(0)

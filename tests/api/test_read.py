@@ -211,3 +211,17 @@ def test_a_purged_key_still_answers_when_it_was_delivered(
     response = client.get(f"/v1/effects/{key}", headers=api_tokens.auth("support"))
     assert response.status_code == 404
     assert "delivered to billing-webhook at 2026-01-02" in response.json()["detail"]
+
+
+def test_csv_cells_cannot_smuggle_spreadsheet_formulas(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        add_effect(conn, "formula", recipient='=HYPERLINK("http://evil")')
+    response = client.get(
+        "/v1/effects.csv",
+        params={"recipient": '=HYPERLINK("http://evil")', **window()},
+        headers=api_tokens.auth("support"),
+    )
+    (row,) = list(csv.DictReader(io.StringIO(response.text)))
+    assert row["recipient"] == '\'=HYPERLINK("http://evil")'
