@@ -80,7 +80,7 @@ def home(request: Request, conn: Conn, token: Session) -> HTMLResponse:
 
 @router.post("/login")
 def login(request: Request, conn: Conn, token: Annotated[str, Form()]) -> Response:
-    found = tokens.authenticate(conn, token.strip())
+    tokens.authenticate(conn, token.strip())
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(
         COOKIE,
@@ -90,7 +90,6 @@ def login(request: Request, conn: Conn, token: Annotated[str, Form()]) -> Respon
         secure=request.url.scheme == "https",
         max_age=12 * 3600,
     )
-    response.headers["X-Outbox-Role"] = found.role
     return response
 
 
@@ -126,7 +125,9 @@ def search(request: Request, conn: Conn, token: Session, q: str = "") -> Respons
     else:
         return RedirectResponse("/ui", status_code=303)
     page = audit.search(conn, flt, limit=MAX_PAGE)
-    return _page(request, "results.html", token=token, q=q, batch=batch, page=page)
+    return _page(
+        request, "results.html", token=token, q=q, batch=batch, page=page, days=MAX_RANGE_DAYS
+    )
 
 
 @router.get("/effects/{key}", response_class=HTMLResponse)
