@@ -10,13 +10,14 @@ the same input in a second, fresh database.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
 from dispatcher import admin, db, tally
 from outbox.demo import receivers
-from outbox.demo.procs import Child, DemoFailed
+from outbox.demo.procs import Child, DemoFailed, tail
 from outbox.demo.progress import say
 
 if TYPE_CHECKING:
@@ -62,25 +63,54 @@ def kill_a_dispatcher_mid_drain(
     say(f"    CRASH: {event}")
 
 
-def kill_driver_mid_commit(child: Child, engine: Engine, job: str, events: list[str]) -> bool:
-    """SIGKILL the Spark driver (and its JVM) while a batch is staged but not committed.
+def kill_driver_mid_commit(
+    child: Child, engine: Engine, events: list[str], timeout_s: float = 600
+) -> None:
+    """SIGKILL the Spark driver (and its JVM) inside its open commit transaction.
 
-    Returns False when the job finished before such a moment was seen.
+    The run is started with ``OUTBOX_SPARK_PAUSE_AT=before_commit``: the sink's
+    own hook (spark_jobs.phases) holds the driver after the marker, the invoices
+    and the effects are written and before COMMIT, and says so on stderr. The
+    kill lands there, so it is mid-commit by construction, not by luck.
     """
-    from outbox.demo.spark_stages import uncommitted_attempt
-
-    while child.running():
-        with engine.connect() as conn:
-            seen = uncommitted_attempt(conn, job)
-        if seen is not None:
+    marker = "outbox-phase: before_commit"
+    deadline = time.monotonic() + timeout_s
+    while marker not in _read(child.log_path):
+        if not child.running():
+            raise DemoFailed(f"the Spark driver exited before its commit:\n{tail(child.log_path)}")
+        if time.monotonic() > deadline:
             child.kill()
-            child.wait(30)
-            event = f"killed the Spark driver (pid {child.pid}) with SIGKILL {seen}"
-            events.append(event)
-            say(f"    CRASH: {event}")
-            return True
-        time.sleep(0.02)
-    return False
+            raise DemoFailed("the Spark driver never reached its commit")
+        time.sleep(0.1)
+    with engine.connect() as conn:
+        open_tx, age_s = tally.open_transactions(conn)
+        before = tally.committed_batches(conn, "billing")
+    child.kill()
+    child.wait(30)
+    event = (
+        f"killed the Spark driver (pid {child.pid}, with its JVM) with SIGKILL inside its "
+        f"commit transaction ({open_tx} open transaction(s), the oldest {age_s:.1f} s old): "
+        "marker, invoices and effects written, COMMIT not reached"
+    )
+    events.append(event)
+    say(f"    CRASH: {event}")
+    # PostgreSQL rolls the transaction back when the dead driver's connection closes.
+    time.sleep(1)
+    with engine.connect() as conn:
+        after = tally.committed_batches(conn, "billing")
+        invoices = tally.invoice_digest(conn).rows
+    events.append(
+        f"after the kill: {after['batches']} committed batches (before: {before['batches']}), "
+        f"{invoices} invoices, {after['effects_new']} effects visible: nothing of it leaked"
+    )
+    say(f"    {events[-1]}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def compare_with_clean_run(
@@ -95,6 +125,9 @@ def compare_with_clean_run(
     clean_url = admin.recreate_database(demo_db.server_url, clean_name)
     try:
         db.upgrade(clean_url)
+        from outbox.demo.database import register_endpoints
+
+        register_endpoints(clean_url, recv, fail_rate=0)  # same names; nothing is sent
         clean_engine = db.create_engine(clean_url, pool_size=1)
         try:
             spark.run_clean_reference(clean_url, clean_engine)

@@ -116,6 +116,7 @@ def render(r: dict[str, Any]) -> str:
     lines.append("time per stage:")
     lines += [f"  {s['name']:34} {s['seconds']:7.1f} s" for s in r["stages"]]
     lines.append(f"  {'total':34} {sum(s['seconds'] for s in r['stages']):7.1f} s")
+    lines += [f"note: {n}" for n in r.get("notes", [])]
     lines.append("checks:")
     lines += [f"  [{'ok' if ok else 'FAILED'}] {name}" for name, ok in r["checks"].items()]
     return "\n".join(lines)

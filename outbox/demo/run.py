@@ -112,6 +112,7 @@ def _pipeline(
         codes = dispatchers.stop()
         say(f"    dispatchers stopped with SIGTERM, exit codes {codes}")
     result = report.collect(engine, recv)
+    result["notes"] = spark.notes
     if args.crash:
         with sw.stage("crash check: clean reference run"):
             result["crash"] = crash.compare_with_clean_run(

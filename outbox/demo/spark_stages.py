@@ -1,39 +1,38 @@
-"""The Spark side of the demo: generate usage data, the billing job in batch, then streaming.
+"""The Spark side of the demo: usage data, the billing job in batch, then streaming.
 
-Each run is ``outbox spark ...`` as its own process (driver + local JVM), so
-``--crash`` can SIGKILL a driver mid-commit and run it again.
+The generator writes one file per day. The first days are billed in batch mode
+(``--date`` per day, one batch each). The later days *arrive* while the
+streaming query runs: the demo moves them into its input directory one by
+one and waits until the query has committed each (read from the query's
+checkpoint), then stops it with SIGTERM. Every run is ``outbox spark ...`` as
+its own process (driver + local JVM), so ``--crash`` can SIGKILL a driver
+mid-commit and run it again.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from dispatcher import tally
 from outbox.demo import crash
-from outbox.demo.procs import Child, DemoFailed, run_step, tail, wait_until
+from outbox.demo.procs import Child, DemoFailed, run_step, tail
 from outbox.demo.progress import Stopwatch, say, watch
 
-JOB = "billing"
-STREAM_WAVES = 2
-
-
-def uncommitted_attempt(conn: Connection, job: str) -> str | None:
-    """Describe a batch caught between staging and its commit marker, or None."""
-    seen = tally.uncommitted_attempt(conn, job)
-    if seen is None:
-        return None
-    phase = "during the one-transaction merge" if seen.merging else "while staging"
-    return (
-        f"{phase} of batch {seen.batch_id} (attempt {seen.attempt_id[:8]}, "
-        f"{seen.staged_results:,} result and {seen.staged_effects:,} effect rows staged, "
-        "no commit marker yet)"
-    )
+BATCH_JOB = "billing"
+STREAM_JOBS = ("billing.stream", "billing.stream.rejects")
+STREAM_QUERIES = ("invoices", "rejects")
+START = dt.date(2026, 1, 1)
+BATCH_DAYS = 2
+STREAM_DAYS = 3
+BAD_ROWS = 10
 
 
 class SparkStages:
@@ -50,12 +49,12 @@ class SparkStages:
         self.logs = logs
         self.engine = engine
         data = run_dir / "data"
+        self.generated = data / "generated"
         self.batch_in = data / "usage-batch"
-        self.arriving = data / "usage-arriving"
         self.stream_in = data / "usage-stream"
         self.checkpoint = data / "checkpoint"
-
-    # -- the stages ----------------------------------------------------------
+        self.notes: list[str] = []
+        self.dates = [(START + dt.timedelta(days=d)).isoformat() for d in range(BATCH_DAYS)]
 
     def run_all(self, sw: Stopwatch, crash_events: list[str] | None) -> None:
         with sw.stage("generate usage data"):
@@ -66,58 +65,138 @@ class SparkStages:
             self.stream()
 
     def generate(self) -> None:
-        stream_events = max(1, self.args.events // 5)
-        common = ["--customers", str(self.args.customers)]
-        run_step(
-            "generate-batch",
-            ["spark", "generate", *common, "--events", str(self.args.events - stream_events),
-             "--seed", str(self.args.seed), "--bad-rows", "3", "--out", str(self.batch_in)],
+        days = BATCH_DAYS + STREAM_DAYS
+        step = run_step(
+            "generate",
+            ["spark", "generate", "--customers", str(self.args.customers),
+             "--events", str(self.args.events), "--seed", str(self.args.seed),
+             "--bad-rows", str(BAD_ROWS), "--days", str(days), "--start", START.isoformat(),
+             "--out", str(self.generated)],
             self.env, self.logs,
         )  # fmt: skip
-        run_step(
-            "generate-stream",
-            ["spark", "generate", *common, "--events", str(stream_events),
-             "--seed", str(self.args.seed + 1), "--out", str(self.arriving)],
-            self.env, self.logs,
-        )  # fmt: skip
-        say(f"    {_count_files(self.batch_in)} files for the batch run in {self.batch_in}")
-        say(f"    {_count_files(self.arriving)} files to arrive while the stream runs")
+        made = json.loads(step.output())
+        self.batch_in.mkdir(parents=True)
+        for name in (f"events-{d}.json" for d in self.dates):
+            shutil.copy2(self.generated / name, self.batch_in / name)
+        say(
+            f"    {made['events']:,} events ({made['bad_rows']} planted bad rows) in "
+            f"{len(made['files'])} daily files: {BATCH_DAYS} for the batch run, "
+            f"{STREAM_DAYS} to arrive while the stream runs"
+        )
 
-    def batch(self, crash_events: list[str] | None) -> None:
-        args = self._batch_args(self.batch_in)
-        child = Child("spark-batch", args, self.env, self.logs)
+    def batch(self, crash_events: list[str] | None, env: Mapping[str, str] | None = None) -> None:
+        args = ["spark", "run", "billing", "--mode", "batch", "--input", str(self.batch_in)]
+        args += [a for d in self.dates for a in ("--date", d)]
+        env = env or self.env
         if crash_events is not None:
-            if not crash.kill_driver_mid_commit(child, self.engine, JOB, crash_events):
-                crash_events.append("the batch run committed before it could be killed")
-            child.wait()
-            child = Child("spark-batch-restarted", args, self.env, self.logs)
-            say("    restarted the batch run")
+            paused = {
+                **env,
+                "OUTBOX_SPARK_PAUSE_AT": "before_commit",
+                "OUTBOX_SPARK_PAUSE_S": "300",
+            }
+            victim = Child("spark-batch-crashed", args, paused, self.logs)
+            crash.kill_driver_mid_commit(victim, self.engine, crash_events)
+            say("    restarting the batch run")
+        child = Child("spark-batch" if crash_events is None else "spark-batch-restarted",
+                      args, env, self.logs)  # fmt: skip
         watch(child, self._progress)
         child.check()
+        say(f"    {self._progress()}")
 
-    def stream(self) -> None:
-        raise NotImplementedError
+    def stream(self, env: Mapping[str, str] | None = None, waves: bool = True) -> None:
+        """Start the query, let the files arrive one by one, stop it once all are committed."""
+        self.stream_in.mkdir(parents=True, exist_ok=True)
+        args = ["spark", "run", "billing", "--mode", "stream", "--input", str(self.stream_in),
+                "--checkpoint", str(self.checkpoint)]  # fmt: skip
+        child = Child("spark-stream", args, env or self.env, self.logs)
+        try:
+            arriving = sorted(set(self.generated.glob("events-*.json")) - set(self._batch_files()))
+            if not waves:
+                for path in arriving:
+                    shutil.copy2(path, self.stream_in / path.name)
+            for path in arriving:
+                if waves:
+                    tmp = self.stream_in / f".{path.name}.tmp"
+                    shutil.copy2(path, tmp)
+                    tmp.rename(self.stream_in / path.name)  # atomic: the query sees it whole
+                    say(f"    arrived: {path.name}")
+                last = path == arriving[-1]
+                self._wait_committed(child, [p.name for p in arriving if p <= path], settle=last)
+                say(f"    {self._progress()}")
+        finally:
+            code = child.stop()
+        say(
+            f"    the last day ({arriving[-1].name}) stays open: a streaming invoice is "
+            "final only once a later event moves the watermark past its day"
+        )
+        if code == 0:
+            say("    stream stopped with SIGTERM (exit 0); its checkpoint would resume it")
+        else:
+            # Every file was committed (checked in the checkpoint) before the SIGTERM, so
+            # a non-zero exit here is a shutdown problem of `outbox spark run`, not lost data.
+            self.notes.append(
+                f"`outbox spark run billing --mode stream` exited {code} on SIGTERM after all "
+                f"its batches had committed (log: {child.log_path})"
+            )
+            say(f"    note: {self.notes[-1]}")
 
     def run_clean_reference(self, url: str, engine: Engine) -> None:
-        raise NotImplementedError
+        """The same job on the same input, into another database, with a fresh checkpoint."""
+        clean = SparkStages(self.args, {**self.env, "DATABASE_URL": url}, self.logs.parent /
+                            "clean", self.logs / "clean", engine)  # fmt: skip
+        clean.generated = self.generated
+        clean.batch_in = self.batch_in
+        clean.batch(None)
+        clean.stream(waves=False)
 
     # -- helpers -------------------------------------------------------------
 
-    def _batch_args(self, input_dir: Path) -> list[str]:
-        return ["spark", "run", JOB, "--mode", "batch", "--input", str(input_dir)]
+    def _batch_files(self) -> list[Path]:
+        return [self.generated / f"events-{d}.json" for d in self.dates]
+
+    def _wait_committed(
+        self, child: Child, names: list[str], settle: bool, timeout_s: float = 300
+    ) -> None:
+        """Until both queries have read every file in ``names`` and committed.
+
+        ``settle``: also wait two trigger intervals more, so the no-data batch that
+        closes a window once the watermark moved has run too.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not all(_caught_up(self.checkpoint / q, names) for q in STREAM_QUERIES):
+            if not child.running():
+                raise DemoFailed(f"the stream exited early:\n{tail(child.log_path)}")
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the stream did not commit {names} in {timeout_s:.0f} s")
+            time.sleep(0.5)
+        if settle:
+            time.sleep(4.5)
+            self._wait_committed(child, names, settle=False, timeout_s=timeout_s)
 
     def _progress(self) -> str:
         with self.engine.connect() as conn:
-            c = tally.committed_batches(conn, JOB)
+            batch = tally.committed_batches(conn, BATCH_JOB)
+            stream = tally.committed_batches(conn, STREAM_JOBS[0])
+            rejects = tally.reject_count(conn)
         return (
-            f"{c['batches']} batches committed, {c['result_rows']:,} invoices, "
-            f"{c['effects_new']:,} effects enqueued"
+            f"batch: {batch['batches']} batches, {batch['result_rows']:,} invoices; stream: "
+            f"{stream['batches']} batches, {stream['result_rows']:,} invoices; "
+            f"{batch['effects_new'] + stream['effects_new']:,} effects enqueued, "
+            f"{rejects:,} rejects"
         )
 
 
-def _count_files(path: Path) -> int:
-    return sum(1 for p in path.rglob("*") if p.is_file() and not p.name.startswith((".", "_")))
+def _caught_up(query_dir: Path, names: list[str]) -> bool:
+    """The query's file log lists every name, and its last offset is committed."""
+    seen = set()
+    for log in (query_dir / "sources" / "0").glob("*"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                seen.add(Path(json.loads(line).get("path", "")).name)
+    offsets = _batch_ids(query_dir / "offsets")
+    commits = _batch_ids(query_dir / "commits")
+    return set(names) <= seen and bool(commits) and max(commits) == max(offsets, default=-1)
 
 
-def _unused(*_: Any) -> None:  # keep imports honest until stream() lands
-    _ = (shutil, DemoFailed, tail, wait_until)
+def _batch_ids(path: Path) -> list[int]:
+    return [int(p.name) for p in path.glob("*") if p.name.isdigit()] if path.is_dir() else []
