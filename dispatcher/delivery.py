@@ -38,6 +38,9 @@ class Delivery:
         self._loaded_at = float("-inf")
         self._limits = RateLimits()
         self._hold = asyncio.Event()
+        # Sends in flight; the worker claims up to one batch more than this, so
+        # the next effects are already waiting here while a claim is under way.
+        self._slots = asyncio.Semaphore(settings.concurrency)
         self._breakers = Breakers()
 
     async def start(self) -> None:
@@ -51,6 +54,8 @@ class Delivery:
     def hold_unstarted(self) -> None:
         """Shutdown: effects still waiting for their turn are handed back, not sent."""
         self._hold.set()
+        for _ in range(self._settings.concurrency + self._settings.claim_batch_size):
+            self._slots.release()  # wake every waiter; each sees the hold
 
     async def _endpoint(self, name: str) -> Endpoint | None:
         stale = time.monotonic() - self._loaded_at > ENDPOINT_CACHE_S
@@ -66,6 +71,15 @@ class Delivery:
 
     async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint)."""
+        await self._slots.acquire()
+        try:
+            if self._hold.is_set():
+                return store.Release(effect.id, effect.lease_token)
+            return await self._attempt(effect)
+        finally:
+            self._slots.release()
+
+    async def _attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         endpoint = await self._endpoint(effect.endpoint)
         if endpoint is not None:
             rest_s = self._breakers.rest_s(endpoint.name)

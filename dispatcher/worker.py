@@ -107,10 +107,12 @@ class Worker:
 
     async def _loop(self, delivery: Delivery) -> None:
         s = self.settings
+        # Hold up to one batch more than the sends in flight: the next effects are
+        # claimed while the current ones are being sent (the claim takes a while).
+        capacity = s.concurrency + s.claim_batch_size
         while not self._stopping.is_set():
             self._wake.clear()
-            free = s.concurrency - len(self._in_flight)
-            limit = min(s.claim_batch_size, free)
+            limit = min(s.claim_batch_size, capacity - len(self._in_flight))
             if limit > 0:
                 claimed = await self._db.call(
                     store.claim, self.worker_id, limit, s.lease_seconds, until=self._stopping
@@ -141,8 +143,9 @@ class Worker:
     def _send_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
         self.metrics.in_flight.set(len(self._in_flight))
-        free = self.settings.concurrency - len(self._in_flight)
-        if free >= max(1, min(self.settings.claim_batch_size, self.settings.concurrency) // 2):
+        s = self.settings
+        room = s.concurrency + s.claim_batch_size - len(self._in_flight)
+        if room >= max(1, s.claim_batch_size // 2):
             self._wake.set()
 
     async def _recorder(self) -> None:
