@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "outbox.endpoints_cmd",
     "outbox.api_cmd",
     "outbox.tokens_cmd",
+    "outbox.spark_cmd",
 ]
 
 

@@ -135,7 +135,7 @@ def copy_rows(cursor: Any, table: str, columns: str, rows: Iterable[tuple[Any, .
             flush()
     if buffer.tell():
         flush()
-    _maybe_pause("staging")  # rows sent, staging transaction not yet committed
+    _maybe_pause("staging_copy")  # rows sent, staging transaction not yet committed
     return count
 
 

@@ -2,8 +2,8 @@
 
 Two ways in: ``OutboxSink.write(results_df, effects_df, batch_id=...)`` for batch
 jobs (the batch id is a run id such as the logical date), and
-``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where ``derive``
-turns the micro-batch into ``(results_df, effects_df)``.
+``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where
+``derive(batch_df, batch_id)`` turns the micro-batch into ``(results_df, effects_df)``.
 
 Protocol (DESIGN.md): a batch whose marker exists is a replay and is skipped;
 otherwise executors stage rows in parallel under a fresh attempt id, and the
@@ -28,7 +28,7 @@ from spark_jobs.executor import STAGED_SCHEMA, stage, stage_partition
 from spark_jobs.results import ResultsSpec
 
 log = logging.getLogger(__name__)
-Derive = Callable[[Any], tuple[Any, Any]]
+Derive = Callable[[Any, str], tuple[Any, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,23 +49,32 @@ class OutboxSink:
         if self.path not in ("auto", "executors", "driver"):
             raise ConfigurationError(f"path={self.path!r}: use 'auto', 'executors' or 'driver'")
 
-    def foreach_batch(self, derive: Derive) -> Callable[[Any, int], None]:
-        """A ``foreachBatch`` callable: the micro-batch is persisted once, then derived."""
+    def foreach_batch(
+        self, derive: Derive, run_id: Callable[[], str] | None = None
+    ) -> Callable[[Any, int], None]:
+        """A ``foreachBatch`` callable: the micro-batch is persisted once, then derived.
 
-        def run(batch_df: Any, batch_id: int) -> None:
+        ``run_id`` names the checkpoint (e.g. the query id stored in it): the batch
+        id becomes ``<run_id>/<n>``, so a query restarted from its checkpoint
+        replays its batch ids while a fresh checkpoint starts new ones (whose
+        effects then deduplicate by key, showing changed input as mismatches).
+        """
+
+        def run(batch_df: Any, spark_batch_id: int) -> None:
+            batch_id = f"{run_id()}/{spark_batch_id}" if run_id else str(spark_batch_id)
             engine = store.engine_for(self.database_url)
             try:
-                if store.read_outcome(engine, self.job, str(batch_id), "replayed") is not None:
-                    self._log_replay(str(batch_id))
+                if store.read_outcome(engine, self.job, batch_id, "replayed") is not None:
+                    self._log_replay(batch_id)
                     return
             finally:
                 engine.dispose()
-            batch_df.persist()
-            try:
-                results_df, effects_df = derive(batch_df)
-                self.write(results_df, effects_df, batch_id=str(batch_id))
-            finally:
-                batch_df.unpersist()
+            # Materialised once, lineage cut: results and effects come from one
+            # computation. (persist() here trips Spark when the derived frames are
+            # persisted again: "key not found" in InMemoryRelation.)
+            frozen = batch_df.localCheckpoint(eager=True)
+            results_df, effects_df = derive(frozen, batch_id)
+            self.write(results_df, effects_df, batch_id=batch_id)
 
         return run
 

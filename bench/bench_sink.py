@@ -1,0 +1,228 @@
+"""Spark -> PostgreSQL: the atomic outbox sink vs Spark's JDBC append vs raw COPY.
+
+``python -m bench sink -- --rows 1000000``. The same rows (key, endpoint,
+recipient, ~230-byte JSON payload) go into the same indexed ``effects`` table
+three ways, one after another, on a fresh migrated database:
+
+- sink: ``OutboxSink.write`` end to end (executor COPY staging + the one-transaction
+  merge, fenced by the batch marker), atomic and replay-safe;
+- jdbc: Spark's JDBC writer, append, ``reWriteBatchedInserts=true``, batchsize 10000
+  (each partition commits on its own: not atomic);
+- copy: one psycopg2 ``COPY`` of the same rows from a CSV file (the raw ceiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+
+JAR = Path("/usr/share/java/postgresql.jar")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench sink", description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+    if not _ensure_jdbc_jar():
+        print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
+        return 2
+    from dispatcher import db
+    from dispatcher.settings import Settings
+
+    server = db.database_url(Settings.from_env())
+    url = _fresh_database(server)
+    try:
+        return _run(url, args)
+    finally:
+        _drop_database(server, url)
+
+
+def _run(url: str, args: argparse.Namespace) -> int:
+    from spark_jobs.session import build_session
+
+    spark = build_session("bench-sink", args.master, **{"spark.jars": str(JAR)})
+    try:
+        rows = _rows(spark, args.rows, args.partitions)
+        _register_endpoint(url)
+        timings = {
+            "sink (atomic)": _time_sink(url, rows),
+            "spark jdbc append": _time_jdbc(url, rows),
+            "raw COPY (1 stream)": _time_copy(url, rows),
+        }
+    finally:
+        spark.stop()
+    base = args.rows / timings["spark jdbc append"][0]
+    print(f"\n{args.rows:,} rows into the indexed effects table, {args.partitions} partitions")
+    print(f"{'path':<22}{'seconds':>9}{'rows/s':>12}{'vs jdbc':>9}  note")
+    for name, (seconds, note) in timings.items():
+        rate = args.rows / seconds
+        print(f"{name:<22}{seconds:>9.2f}{rate:>12,.0f}{rate / base:>9.2f}  {note}")
+    return 0
+
+
+def _rows(spark: Any, n: int, partitions: int) -> Any:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.keys import effect_key_column
+
+    base = spark.range(0, n, 1, partitions).withColumn("customer", F.concat(F.lit("c"), "id"))
+    payload = F.to_json(
+        F.struct(
+            F.lit("invoice.created").alias("type"),
+            F.col("id").alias("invoice"),
+            F.col("customer"),
+            F.lit("2026-01-01").alias("date"),
+            F.lit("EUR").alias("currency"),
+            (F.col("id") % 997 * 1.25).cast("decimal(18,4)").cast("string").alias("amount"),
+            F.lit("x" * 110).alias("memo"),
+        )
+    )
+    frame = base.select(
+        effect_key_column("bench", base.schema, "id").alias("idempotency_key"),
+        F.lit("bench-hook").alias("endpoint"),
+        F.concat(F.col("customer"), F.lit("@example.test")).alias("recipient"),
+        payload.alias("payload"),
+    ).persist()
+    frame.count()
+    return frame
+
+
+def _time_sink(url: str, rows: Any) -> tuple[float, str]:
+    from spark_jobs.sink import OutboxSink
+
+    _truncate(url)
+    sink = OutboxSink(job="bench", database_url=url, path="executors")
+    started = time.perf_counter()
+    outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
+    seconds = time.perf_counter() - started
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT duration_s FROM batches WHERE job = 'bench'")
+        commit_s = cur.fetchone()[0]
+    assert outcome.effects_new == rows.count(), outcome
+    return seconds, f"commit transaction {commit_s:.2f} s, staging {seconds - commit_s:.2f} s"
+
+
+def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:
+    from pyspark.sql import functions as F
+
+    _truncate(url)
+    frame = rows.select(
+        "*",
+        F.sha2("payload", 256).alias("payload_sha256"),
+        F.lit("bench").alias("job"),
+        F.lit("jdbc").alias("batch_id"),
+    )
+    started = time.perf_counter()
+    (
+        frame.write.format("jdbc")
+        .option("url", _jdbc_url(url))
+        .option("dbtable", "effects")
+        .option("batchsize", 10_000)
+        .option("driver", "org.postgresql.Driver")
+        .mode("append")
+        .save()
+    )
+    return time.perf_counter() - started, "non-atomic: one transaction per partition"
+
+
+def _time_copy(url: str, rows: Any) -> tuple[float, str]:
+    from pyspark.sql import functions as F
+
+    _truncate(url)
+    folder = Path(tempfile.mkdtemp(prefix="bench-sink-"))
+    try:
+        rows.select("*", F.sha2("payload", 256).alias("sha")).coalesce(1).write.csv(
+            str(folder / "csv"), escape='"'
+        )
+        csv = next((folder / "csv").glob("part-*.csv"))
+        started = time.perf_counter()
+        with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur, csv.open() as f:
+            cur.copy_expert(
+                "COPY effects (idempotency_key, endpoint, recipient, payload, payload_sha256) "
+                "FROM STDIN WITH (FORMAT csv)",
+                f,
+            )
+        return time.perf_counter() - started, "one stream, no dedup, no marker"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ensure_jdbc_jar() -> bool:
+    if not JAR.exists() and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "libpostgresql-jdbc-java"],
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    return JAR.exists()
+
+
+def _libpq(url: str) -> str:
+    from dispatcher import db
+
+    return db.libpq_url(url)
+
+
+def _jdbc_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    query = f"user={u.username}&reWriteBatchedInserts=true&stringtype=unspecified"
+    if u.password:
+        query += f"&password={u.password}"
+    return f"jdbc:postgresql://{u.host}:{u.port or 5432}/{u.database}?{query}"
+
+
+def _register_endpoint(url: str) -> None:
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO endpoints (name, kind, url, signing_secret) "
+            "VALUES ('bench-hook', 'webhook', 'http://127.0.0.1:9/', 'whsec_YmVuY2g=')"
+        )
+
+
+def _truncate(url: str) -> None:
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute(
+            "TRUNCATE effects, batches, staged_effects, staged_results, staging_attempts CASCADE"
+        )
+        cur.execute("CHECKPOINT")
+
+
+def _fresh_database(server: str) -> str:
+    from dispatcher import db
+
+    name = f"bench_sink_{uuid.uuid4().hex[:8]}"
+    conn = psycopg2.connect(db.libpq_url(server))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db.sqlalchemy_url(server)).set(database=name).render_as_string(False)
+    db.upgrade(url)
+    return url
+
+
+def _drop_database(server: str, url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from dispatcher import db
+
+    conn = psycopg2.connect(db.libpq_url(server))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    conn.close()

@@ -1,0 +1,111 @@
+"""``outbox spark``: generate sample usage events and run the billing job."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+from dispatcher import db
+from dispatcher.errors import ConfigurationError
+from dispatcher.settings import Settings
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("spark", help="the Spark side: sample data and the billing job")
+    cmds = p.add_subparsers(dest="spark_command", required=True, metavar="ACTION")
+    gen = cmds.add_parser("generate", help="write deterministic usage events (JSON lines)")
+    gen.add_argument("--customers", type=int, default=100)
+    gen.add_argument("--events", type=int, default=10_000)
+    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--bad-rows", type=int, default=0, help="rows the job must reject")
+    gen.add_argument("--days", type=int, default=3)
+    gen.add_argument("--start", default="2026-01-01", help="first day (YYYY-MM-DD)")
+    gen.add_argument("--out", type=Path, required=True)
+    gen.set_defaults(handler=generate)
+    run = cmds.add_parser("run", help="run a job on Spark (local[2] unless --master)")
+    run.add_argument("job", choices=["billing"])
+    run.add_argument("--mode", choices=["batch", "stream"], default="batch")
+    run.add_argument("--input", type=Path, required=True, help="directory of event files")
+    run.add_argument("--date", action="append", help="batch mode: day to bill (repeatable)")
+    run.add_argument("--checkpoint", type=Path, help="stream mode: checkpoint directory")
+    run.add_argument("--master", help="Spark master URL (default local[2])")
+    run.add_argument(
+        "--available-now",
+        "--until-idle",
+        action="store_true",
+        help="stream mode: process what is there, then stop",
+    )
+    run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
+    run.add_argument(
+        "--staging",
+        choices=["auto", "executors", "driver"],
+        default="auto",
+        help="batch mode: stage on executors, through the driver, or by size (auto)",
+    )
+    run.set_defaults(handler=run_job)
+
+
+def generate(args: argparse.Namespace, settings: Settings) -> int:
+    import datetime as dt
+
+    from spark_jobs.generate import generate as write_events
+
+    made = write_events(
+        args.out,
+        customers=args.customers,
+        events=args.events,
+        seed=args.seed,
+        bad_rows=args.bad_rows,
+        start=dt.date.fromisoformat(args.start),
+        days=args.days,
+    )
+    print(json.dumps({**dataclasses.asdict(made), "files": [str(f) for f in made.files]}))
+    return 0
+
+
+def run_job(args: argparse.Namespace, settings: Settings) -> int:
+    from spark_jobs import billing_run
+    from spark_jobs.session import build_session
+
+    url = db.database_url(settings)
+    if args.mode == "batch" and not args.date:
+        raise ConfigurationError("batch mode: pass --date YYYY-MM-DD (one or more)")
+    if args.mode == "stream" and args.checkpoint is None:
+        raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
+    spark = build_session(f"outbox-billing-{args.mode}", args.master)
+    try:
+        if args.mode == "batch":
+            for date in args.date:
+                outcome = billing_run.run_batch(spark, args.input, date, url, path=args.staging)
+                print(json.dumps(outcome, default=str), flush=True)
+            return 0
+        queries = billing_run.start_stream(
+            spark,
+            args.input,
+            args.checkpoint,
+            url,
+            available_now=args.available_now,
+            watermark=args.watermark,
+        )
+        _stop_on_signal(queries)
+        for query in queries:
+            query.awaitTermination()
+        print(json.dumps({"stream": "stopped", "queries": [q.name for q in queries]}), flush=True)
+        return 0
+    finally:
+        spark.stop()
+
+
+def _stop_on_signal(queries: list[Any]) -> None:
+    """SIGTERM/SIGINT: stop the queries cleanly; the checkpoint makes a restart resume."""
+
+    def stop(signum: int, frame: Any) -> None:
+        for query in queries:
+            query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)

@@ -1,0 +1,80 @@
+"""Run the billing job as a real driver process and SIGKILL it at a chosen moment."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from tests.support.databases import ROOT
+
+
+def billing_command(db_url: str, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "outbox",
+        "--database-url",
+        db_url,
+        "--log-level",
+        "WARNING",
+        "spark",
+        "run",
+        "billing",
+        *args,
+    ]
+
+
+class Driver:
+    """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited."""
+
+    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
+        full_env = {**os.environ, "OUTBOX_SPARK_PHASES": "1", **(env or {})}
+        self.proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            if line.startswith("outbox-phase:"):
+                self.lines.put(line.strip())
+
+    def wait_for(self, phase: str, timeout_s: float = 180) -> bool:
+        """True once the driver prints ``phase``; False if it exited first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    return False
+                continue
+            if line.split(": ", 1)[1].split(" ")[0] == phase:
+                return True
+        raise TimeoutError(f"driver never reached {phase}; stderr tail: {self.stderr[-20:]}")
+
+    def kill(self) -> None:
+        """A real SIGKILL of the driver process (its JVM exits when its stdin closes)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def finish(self, timeout_s: float = 300) -> str:
+        out, _ = self.proc.communicate(timeout=timeout_s)
+        if self.proc.returncode != 0:
+            raise AssertionError(f"driver failed ({self.proc.returncode}): {self.stderr[-30:]}")
+        return out

@@ -1,0 +1,125 @@
+"""kill -9 of the Spark driver at named and random points; a re-run equals a clean run.
+
+Every victim run is a real driver process (``python -m outbox spark run billing``)
+SIGKILLed by this test. Named points pause the driver (or an executor) at a
+phase; random points wait for the write to begin, sleep a seeded random delay
+and kill. The seed is printed, so a failure reproduces with OUTBOX_KILL_SEED.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from spark_jobs import billing_run
+from spark_jobs.generate import generate
+from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
+from tests.spark.killing import Driver, billing_command
+from tests.spark.test_billing import register_billing_endpoints
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DATES = ("2026-01-01", "2026-01-02")
+REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
+RANDOM_KILLS = 10
+
+
+def _state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
+    effects = table(engine, EFFECTS_SNAPSHOT)
+    rejects = table(engine, REJECTS_SNAPSHOT)
+    if stream:  # batch ids carry the checkpoint's query id: compare the rest
+        effects = [(*r[:2], *r[3:]) for r in effects]
+        rejects = sorted((r[0], *r[2:]) for r in rejects)
+    return (
+        table(engine, INVOICES_SNAPSHOT),
+        effects,
+        rejects,
+        table(engine, "SELECT count(*) FROM staged_effects")[0][0],
+    )
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("events")
+    generate(out, customers=40, events=1500, seed=11, bad_rows=6, days=len(DATES))
+    return out
+
+
+def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
+    spark: Any, db_url: str, engine: Engine, second_db: tuple[str, Engine], events: Path
+) -> None:
+    clean_url, clean = second_db
+    for e in (engine, clean):
+        register_billing_endpoints(e)
+    for date in DATES:
+        billing_run.run_batch(spark, events, date, clean_url, path="executors")
+    expected = _state(clean)
+
+    seed = int(os.environ.get("OUTBOX_KILL_SEED", random.randrange(1 << 30)))
+    print(f"kill seed: {seed} (set OUTBOX_KILL_SEED={seed} to reproduce)")
+    rng = random.Random(seed)
+    args = ["--mode", "batch", "--input", str(events), "--staging", "executors"]
+    args += [a for d in DATES for a in ("--date", d)]
+    command = billing_command(db_url, *args)
+    killed_at = []
+    for phase in ("staging_copy", "before_commit", "after_commit"):
+        driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": phase})
+        if driver.wait_for(phase):
+            killed_at.append(phase)
+        driver.kill()
+    for _ in range(RANDOM_KILLS):
+        driver = Driver(command)
+        delay = rng.uniform(0, 3.0)
+        if driver.wait_for("staging"):
+            time.sleep(delay)  # lands in staging, the merge, the commit or just after
+            killed_at.append(f"staging+{delay:.2f}s")
+        driver.kill()
+    assert killed_at[:3] == ["staging_copy", "before_commit", "after_commit"]
+    Driver(command).finish()
+    assert _state(engine) == expected, f"kills: {killed_at}"
+    markers = table(engine, "SELECT batch_id, effects_new FROM batches ORDER BY 1")
+    assert [m[0] for m in markers] == list(DATES)
+
+
+def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    events: Path,
+    tmp_path: Path,
+) -> None:
+    clean_url, clean = second_db
+    for e in (engine, clean):
+        register_billing_endpoints(e)
+    for query in billing_run.start_stream(
+        spark, events, tmp_path / "clean-cp", clean_url, available_now=True
+    ):
+        query.awaitTermination()
+    expected = _state(clean, stream=True)
+
+    checkpoint = tmp_path / "cp"
+    command = billing_command(
+        db_url,
+        "--mode",
+        "stream",
+        "--input",
+        str(events),
+        "--checkpoint",
+        str(checkpoint),
+        "--available-now",
+    )
+    driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": "before_commit"})
+    assert driver.wait_for("before_commit")
+    driver.kill()
+    driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": "after_commit"})
+    assert driver.wait_for("after_commit")
+    driver.kill()
+    Driver(command).finish()
+    assert _state(engine, stream=True) == expected
