@@ -84,7 +84,10 @@ class Delivery:
         if endpoint is not None:
             rest_s = self._breakers.rest_s(endpoint.name)
             if rest_s is not None:
-                return store.Release(effect.id, effect.lease_token, min(rest_s, 3600.0))
+                # Gone (410): due at once, but its endpoint is paused, so nobody claims
+                # it until an operator resumes the endpoint.
+                delay_s = 0.0 if rest_s == float("inf") else rest_s
+                return store.Release(effect.id, effect.lease_token, delay_s)
             if not await self._limits.take(endpoint.name, endpoint.rate_limit_per_s, self._hold):
                 return store.Release(effect.id, effect.lease_token)
             left_s = effect.lease_deadline - time.monotonic()

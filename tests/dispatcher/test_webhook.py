@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -111,6 +112,11 @@ def test_410_kills_the_effect_and_pauses_the_endpoint(
         ).one()
     assert enabled is False and "410" in reason
     assert _attempts(engine)[0]["outcome"] == "gone"
+    # Handed back unsent: no attempt spent, due as soon as an operator resumes.
+    for row in (_effect(engine, k) for k in keys):
+        if row["state"] == "pending":
+            assert row["attempts"] == 0 and row["lease_token"] is None
+            assert row["next_attempt_at"] <= dt.datetime.now(dt.UTC)
 
 
 def test_a_redirect_is_not_followed(engine: Engine, fast: Settings, receiver: Receiver) -> None:
