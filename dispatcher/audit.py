@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,9 +28,15 @@ MASK = "***"
 T = TypeVar("T")
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def from_row(cls: type[T], row: RowMapping | Mapping[str, Any]) -> T:
-    """Build a dataclass from the row's columns of the same names."""
-    return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+    """Build a dataclass from the row's columns of the same names (a search page builds 500)."""
+    names = _field_names(cls)  # type: ignore[arg-type]
+    return cls(**{name: row[name] for name in names})
 
 
 @dataclasses.dataclass(frozen=True)
