@@ -85,8 +85,11 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> l
     ]
 
 
-def record(engine: Engine, worker_id: str, results: Sequence[Result]) -> dict[int, bool]:
-    """Record outcomes in one statement; returns effect id -> recorded (False: stale lease)."""
+def record(
+    engine: Engine, worker_id: str, results: Sequence[Result]
+) -> dict[tuple[int, str], bool]:
+    """Record outcomes in one statement; returns (effect id, lease token) -> recorded
+    (False: the lease was lost, the attempt is logged as 'stale')."""
     if not results:
         return {}
     for r in results:
@@ -108,7 +111,7 @@ def record(engine: Engine, worker_id: str, results: Sequence[Result]) -> dict[in
     }
     with engine.begin() as conn:
         rows = conn.execute(_Q["record"], params).all()
-    return {int(row[0]): bool(row[1]) for row in rows}
+    return {(int(row[0]), str(row[1])): bool(row[2]) for row in rows}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,7 +74,7 @@ WITH r AS (
         updated_at = now()
     FROM r
     WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
-    RETURNING e.id, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error
+    RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error
 ), ledger AS (
     INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
     SELECT idempotency_key, endpoint, payload_sha256, now() FROM updated
@@ -93,10 +93,11 @@ WITH r AS (
     SELECT r.id, r.attempt, :worker_id, r.token, r.started_at, r.duration_ms,
            CASE WHEN u.id IS NULL THEN 'stale' ELSE r.outcome END,
            r.status_code, r.error_class, r.error, r.excerpt
-    FROM r LEFT JOIN updated u ON u.id = r.id
+    FROM r LEFT JOIN updated u ON u.id = r.id AND u.token = r.token
     WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
 )
-SELECT r.id, u.id IS NOT NULL AS recorded FROM r LEFT JOIN updated u ON u.id = r.id;
+SELECT r.id, r.token, u.id IS NOT NULL AS recorded
+FROM r LEFT JOIN updated u ON u.id = r.id AND u.token = r.token;
 
 -- name: release
 -- Hand back leases of claimed-but-unsent effects (shutdown, a paused endpoint,

@@ -176,7 +176,8 @@ class Worker:
         )
         self._unrecorded -= len(batch)
         for r in batch:
-            outcome = r.outcome if recorded and recorded.get(r.effect_id) else "stale"
+            fresh = recorded and recorded.get((r.effect_id, r.lease_token))
+            outcome = r.outcome if fresh else "stale"
             self.metrics.deliveries.labels(r.endpoint, outcome).inc()
             if outcome == "delivered":
                 self.delivered += 1

@@ -80,10 +80,12 @@ def test_a_stale_token_changes_nothing_and_is_logged_stale(engine: Engine) -> No
 
     time.sleep(0.05)
     (new,) = store.claim(engine, "w2", 10, 30)
-    assert store.record(engine, "w1", [_result(old, "dead", error="zombie")]) == {old.id: False}
+    assert store.record(engine, "w1", [_result(old, "dead", error="zombie")]) == {
+        (old.id, old.lease_token): False
+    }
     assert _state(engine, key)["state"] == "leased"
     assert store.record(engine, "w2", [_result(new, "delivered", status_code=200)]) == {
-        new.id: True
+        (new.id, new.lease_token): True
     }
     with engine.connect() as conn:
         outcomes = conn.execute(
@@ -102,7 +104,7 @@ def test_delivery_writes_the_key_ledger_and_retry_reschedules(engine: Engine) ->
         "w1",
         [_result(a, "delivered", status_code=200), _result(b, "retry", delay_s=300, error="500")],
     )
-    assert recorded == {a.id: True, b.id: True}
+    assert recorded == {(a.id, a.lease_token): True, (b.id, b.lease_token): True}
     with engine.connect() as conn:
         ledger = conn.execute(sa.text("SELECT idempotency_key FROM key_ledger")).scalars().all()
     assert ledger == [a.key]
@@ -199,3 +201,25 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
     text = "\n".join(plan)
     assert "Index Scan using ix_effects_due on effects" in text, text
     assert "Sort" not in text and "Seq Scan on effects" not in text, text
+
+
+def test_an_old_and_a_new_lease_in_one_batch_record_only_the_new(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    (key,) = _enqueue(engine, 1)
+    (old,) = store.claim(engine, "w1", 10, 0.01)
+    import time
+
+    time.sleep(0.05)
+    (new,) = store.claim(engine, "w1", 10, 30)
+    recorded = store.record(
+        engine, "w1", [_result(old, "dead", error="late"), _result(new, "delivered")]
+    )
+    assert recorded == {(old.id, old.lease_token): False, (new.id, new.lease_token): True}
+    with engine.connect() as conn:
+        outcomes = (
+            conn.execute(sa.text("SELECT outcome FROM delivery_attempts ORDER BY attempt"))
+            .scalars()
+            .all()
+        )
+    assert outcomes == ["stale", "delivered"]
+    assert _state(engine, key)["state"] == "delivered"
