@@ -154,7 +154,12 @@ class OperatorActionPublic(Public):
 
 
 class ActionCreate(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000, description="why; kept in the audit trail")
+    reason: str = Field(
+        min_length=1,
+        max_length=2000,
+        pattern=r"^[^\x00]*$",
+        description="why; kept in the audit trail",
+    )
 
 
 class ActionDonePublic(BaseModel):

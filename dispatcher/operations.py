@@ -37,6 +37,8 @@ class BulkRequeue:
 def _reason(reason: str) -> str:
     if not reason or not reason.strip():
         raise InvalidEffect("reason", "is empty", "say why, e.g. 'receiver fixed, ticket 4711'")
+    if "\x00" in reason:
+        raise InvalidEffect("reason", "contains a NUL character", "send plain text")
     return reason.strip()
 
 

@@ -8,6 +8,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
+from dispatcher import operations
+from dispatcher.errors import InvalidEffect
 from tests.api.builders import add_attempt, add_effect, story
 from tests.api.conftest import Tokens, window
 
@@ -73,7 +75,7 @@ def test_cancel_only_applies_to_pending_effects(
     assert missing.status_code == 404
 
 
-@pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": "   "}])
+@pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": "   "}, {"reason": "a\x00b"}])
 def test_a_reason_is_required(
     client: TestClient, api_tokens: Tokens, engine: Engine, body: dict[str, str]
 ) -> None:
@@ -147,3 +149,8 @@ def test_operator_actions_are_append_only(
         with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
             conn.execute(sa.text(statement))
     assert _actions(client, api_tokens)[0]["reason"] == "r"
+
+
+def test_the_store_refuses_a_nul_in_a_reason_whoever_calls_it(engine: Engine) -> None:
+    with pytest.raises(InvalidEffect, match="reason"), engine.begin() as conn:
+        operations.cancel(conn, "0" * 64, actor="olga", reason="a\x00b")
