@@ -55,7 +55,7 @@ LEFT JOIN LATERAL (
     )
     SELECT (SELECT at FROM last_ok) AS last_delivered_at,
            count(*) FILTER (
-               WHERE outcome IN ('retry', 'dead')
+               WHERE outcome IN ('retry', 'dead', 'gone')
                  AND started_at > COALESCE((SELECT at FROM last_ok), '-infinity')
            ) AS consecutive_failures
     FROM recent
