@@ -44,8 +44,9 @@ templates.env.filters["ts"] = _ts
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
-def session(conn: Conn, outbox_session: Annotated[str | None, Cookie()] = None) -> tokens.Token:
-    return tokens.authenticate(conn, outbox_session)
+def session(conn: Conn, cookie: Annotated[str | None, Cookie(alias=COOKIE)] = None) -> tokens.Token:
+    """The signed-in token, from the session cookie (``AuthenticationFailed`` if none)."""
+    return tokens.authenticate(conn, cookie)
 
 
 Session = Annotated[tokens.Token, Depends(session)]
