@@ -18,6 +18,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--fail-rate", type=float, default=0.05, help="fraction the receivers fail (0.05)"
     )
+    p.add_argument("--batch-days", type=_positive, default=2, help="days billed in batch (2)")
+    p.add_argument(
+        "--stream-days", type=_positive, default=3, help="days arriving at the stream (3)"
+    )
     p.add_argument("--report-json", help="also write the report as JSON to this file")
     p.add_argument(
         "--drain-timeout", type=float, default=600, help="seconds to wait for the dispatchers"

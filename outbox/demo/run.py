@@ -99,12 +99,17 @@ def _pipeline(
     say("      (OUTBOX_SSRF_ALLOW_NETWORKS), because its receivers run on loopback.")
     engine = db.create_engine(demo_db.url, pool_size=2)
     stoppers.append(engine.dispose)
+    crash_events: list[str] = []
+    spark = spark_stages.SparkStages(args, env, run_dir, logs, engine)
+    if args.crash:
+        # The outbox fills first, so a dispatcher can be killed in the middle of a drain.
+        spark.run_all(sw, crash_events)
     with sw.stage("dispatchers: start 2 replicas"):
         dispatchers = dispatch.Dispatchers(dispatcher_env(env), logs)
         stoppers.append(dispatchers.stop)
-    crash_events: list[str] = []
-    spark = spark_stages.SparkStages(args, env, run_dir, logs, engine)
-    spark.run_all(sw, crash_events if args.crash else None)
+    if not args.crash:
+        # As in production: dispatchers deliver while Spark commits (woken by NOTIFY).
+        spark.run_all(sw, None)
     with sw.stage("dispatch: drain the outbox"):
         if args.crash:
             crash.kill_a_dispatcher_mid_drain(engine, dispatchers, crash_events)

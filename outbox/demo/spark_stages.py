@@ -30,8 +30,6 @@ BATCH_JOB = "billing"
 STREAM_JOBS = ("billing.stream", "billing.stream.rejects")
 STREAM_QUERIES = ("invoices", "rejects")
 START = dt.date(2026, 1, 1)
-BATCH_DAYS = 2
-STREAM_DAYS = 3
 BAD_ROWS = 10
 
 
@@ -54,7 +52,8 @@ class SparkStages:
         self.stream_in = data / "usage-stream"
         self.checkpoint = data / "checkpoint"
         self.notes: list[str] = []
-        self.dates = [(START + dt.timedelta(days=d)).isoformat() for d in range(BATCH_DAYS)]
+        self.batch_days, self.stream_days = args.batch_days, args.stream_days
+        self.dates = [(START + dt.timedelta(days=d)).isoformat() for d in range(self.batch_days)]
 
     def run_all(self, sw: Stopwatch, crash_events: list[str] | None) -> None:
         with sw.stage("generate usage data"):
@@ -65,7 +64,7 @@ class SparkStages:
             self.stream()
 
     def generate(self) -> None:
-        days = BATCH_DAYS + STREAM_DAYS
+        days = self.batch_days + self.stream_days
         step = run_step(
             "generate",
             ["spark", "generate", "--customers", str(self.args.customers),
@@ -80,8 +79,8 @@ class SparkStages:
             shutil.copy2(self.generated / name, self.batch_in / name)
         say(
             f"    {made['events']:,} events ({made['bad_rows']} planted bad rows) in "
-            f"{len(made['files'])} daily files: {BATCH_DAYS} for the batch run, "
-            f"{STREAM_DAYS} to arrive while the stream runs"
+            f"{len(made['files'])} daily files: {self.batch_days} for the batch run, "
+            f"{self.stream_days} to arrive while the stream runs"
         )
 
     def batch(self, crash_events: list[str] | None, env: Mapping[str, str] | None = None) -> None:
