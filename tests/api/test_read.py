@@ -187,8 +187,9 @@ def test_batches_show_marker_and_live_counts(
     assert client.get("/v1/batches/billing/nope", headers=auth).status_code == 404
 
 
-def test_created_at_ties_do_not_lose_rows_across_pages() -> None:
-    """The cursor carries the id: equal created_at values page without gaps."""
+def test_the_cursor_round_trips_time_and_id() -> None:
+    """The cursor carries the id too, so rows sharing created_at page without gaps
+    (test_search_by_recipient_pages_with_an_opaque_cursor pages through such rows)."""
     from dispatcher.filters import Cursor
 
     at = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
