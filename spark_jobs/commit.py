@@ -90,19 +90,26 @@ def begin_attempt(engine: Engine, job: str, batch_id: str, grace_s: float) -> st
     """Sweep abandoned attempts, then register a fresh one; return its id."""
     attempt_id = str(uuid.uuid4())
     with engine.begin() as conn:
-        abandoned = [
-            str(r[0]) for r in conn.execute(_Q["abandoned_attempts"], {"grace_s": grace_s})
-        ]
-        if abandoned:
-            drop_staging(conn, abandoned)
-            log.info(
-                "swept abandoned attempts",
-                extra={"event": "batch.swept", "attempts": len(abandoned)},
-            )
+        _sweep(conn, grace_s)
         conn.execute(
             _Q["begin_attempt"], {"attempt_id": attempt_id, "job": job, "batch_id": batch_id}
         )
     return attempt_id
+
+
+def sweep(engine: Engine, grace_s: float) -> None:
+    """Delete staging rows of attempts that can never commit (also run after each commit)."""
+    with engine.begin() as conn:
+        _sweep(conn, grace_s)
+
+
+def _sweep(conn: Connection, grace_s: float) -> None:
+    abandoned = [str(r[0]) for r in conn.execute(_Q["abandoned_attempts"], {"grace_s": grace_s})]
+    if abandoned:
+        drop_staging(conn, abandoned)
+        log.info(
+            "swept abandoned attempts", extra={"event": "batch.swept", "attempts": len(abandoned)}
+        )
 
 
 def drop_staging(conn: Connection, attempt_ids: Sequence[str]) -> None:

@@ -114,9 +114,8 @@ class OutboxSink:
             effects.unpersist()
             if results is not None:
                 results.unpersist()
-        if outcome.status == "lost_race":
-            with engine.begin() as conn:
-                store.drop_staging(conn, [attempt_id])
+        # Our own rows on a lost race, and any zombie's rows for a committed batch.
+        store.sweep(engine, self.abandoned_after_s)
         log.info(
             "batch %s", outcome.status, extra={"event": f"batch.{outcome.status}", **vars(outcome)}
         )

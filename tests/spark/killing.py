@@ -53,7 +53,7 @@ class Driver:
             if line.startswith("outbox-phase:"):
                 self.lines.put(line.strip())
 
-    def wait_for(self, phase: str, timeout_s: float = 180) -> bool:
+    def wait_for(self, phase: str, timeout_s: float = 600) -> bool:
         """True once the driver prints ``phase``; False if it exited first."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -73,7 +73,7 @@ class Driver:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
-    def finish(self, timeout_s: float = 300) -> str:
+    def finish(self, timeout_s: float = 900) -> str:
         out, _ = self.proc.communicate(timeout=timeout_s)
         if self.proc.returncode != 0:
             raise AssertionError(f"driver failed ({self.proc.returncode}): {self.stderr[-30:]}")

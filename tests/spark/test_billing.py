@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def test_stream_rerun_from_a_new_checkpoint_enqueues_nothing_new_and_shows_chang
     rows = [json.loads(line) for line in day1.read_text().splitlines()]
     good = next(r for r in rows if r["units"] > 0 and r["unit_price"] and r["ts"].endswith("Z"))
     good["units"] += 1000  # changed input: one customer's day-1 invoice differs
+    mtime = day1.stat().st_mtime  # the file source reads files in modification order
     day1.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(day1, (mtime, mtime))
     _run_stream(spark, changed, tmp_path / "cp3", db_url)
     assert _run_totals(billing_db, tmp_path / "cp3") == (0, 2)  # its webhook and its e-mail
     assert table(billing_db, EFFECTS_SNAPSHOT) == first  # the first payloads won
