@@ -97,3 +97,7 @@ def open_transactions(conn: Connection) -> tuple[int, float]:
 def committed_batches(conn: Connection, job: str) -> dict[str, int]:
     row = conn.execute(_Q["committed_batches"], {"job": job}).mappings().one()
     return {k: int(v) for k, v in row.items()}
+
+
+def invoice_dates(conn: Connection, job: str) -> list[str]:
+    return [d.isoformat() for (d,) in conn.execute(_Q["invoice_dates"], {"job": job})]

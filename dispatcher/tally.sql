@@ -80,3 +80,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()
 SELECT count(*) AS batches, COALESCE(sum(result_rows), 0) AS result_rows,
        COALESCE(sum(effects_new), 0) AS effects_new
 FROM batches WHERE job = :job;
+
+-- name: invoice_dates
+-- The days a job has invoiced (a stream closes a day once the watermark passes it).
+SELECT DISTINCT invoice_date FROM invoices WHERE job = :job ORDER BY invoice_date;

@@ -158,8 +158,8 @@ class SparkStages:
     ) -> None:
         """Until both queries have read every file in ``names`` and committed.
 
-        ``settle``: also wait two trigger intervals more, so the no-data batch that
-        closes a window once the watermark moved has run too.
+        ``settle``: also wait until every day but the last is invoiced: the
+        no-data batch that closes a window once the watermark moved has run.
         """
         deadline = time.monotonic() + timeout_s
         while not all(_caught_up(self.checkpoint / q, names) for q in STREAM_QUERIES):
@@ -169,8 +169,21 @@ class SparkStages:
                 raise DemoFailed(f"the stream did not commit {names} in {timeout_s:.0f} s")
             time.sleep(0.5)
         if settle:
-            time.sleep(4.5)
+            self._wait_closed(child, names[:-1], deadline)
             self._wait_committed(child, names, settle=False, timeout_s=timeout_s)
+
+    def _wait_closed(self, child: Child, names: list[str], deadline: float) -> None:
+        """Until the stream has invoiced every day but the last (its window stays open)."""
+        days = {n.removeprefix("events-").removesuffix(".json") for n in names}
+        while True:
+            with self.engine.connect() as conn:
+                if days <= set(tally.invoice_dates(conn, STREAM_JOBS[0])):
+                    return
+            if not child.running():
+                raise DemoFailed(f"the stream exited early:\n{tail(child.log_path)}")
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the stream did not close the days {sorted(days)} in time")
+            time.sleep(0.5)
 
     def _progress(self) -> str:
         with self.engine.connect() as conn:
