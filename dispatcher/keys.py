@@ -107,7 +107,9 @@ def _plain_decimal(value: Decimal) -> str:
         raise ValueError(f"decimal key part {value} is not finite: NaN and Infinity name no fact")
     if value.is_zero():
         return "0"
-    text = format(value.normalize(), "f")
+    # format(value, "f") is exact; normalize() would round to the context's 28 digits
+    # and make decimal(38, s) values that differ beyond the 28th digit collide.
+    text = format(value, "f")
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text

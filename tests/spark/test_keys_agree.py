@@ -43,7 +43,8 @@ ROW = st.tuples(
     st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.none() | st.integers(min_value=-(2**31), max_value=2**31 - 1),
     st.none() | st.booleans(),
-    _decimal(38, 0),
+    _decimal(38, 0)
+    | st.sampled_from([Decimal("-" + "9" * 38), Decimal("365699520246519039122453213216768")]),
     _decimal(18, 4) | st.sampled_from([Decimal("1.1000"), Decimal("-0.0000"), Decimal("0.0001")]),
     _decimal(38, 10) | st.sampled_from([Decimal("1E-10"), Decimal("-1E-10"), Decimal("1E+20")]),
     st.none() | st.dates(min_value=dt.date(1700, 1, 1), max_value=dt.date(2500, 12, 31)),
@@ -80,6 +81,12 @@ def test_spark_and_python_keys_agree(spark: Any, rows: list[tuple[Any, ...]]) ->
         expected = _python_encoding(rows[got["idx"]])
         assert (got["encoded"], rows[got["idx"]]) == (expected, rows[got["idx"]])
         assert got["key"] == hashlib.sha256(expected.encode("ascii")).hexdigest()
+
+
+def test_decimals_keep_all_38_digits() -> None:
+    # Regression: Decimal.normalize() rounded to 28 digits, so these collided.
+    big = Decimal("365699520246519039122453213216768")
+    assert effect_key("ns", big) != effect_key("ns", big + 1)
 
 
 def test_no_parts_and_single_parts_agree(spark: Any) -> None:
