@@ -33,6 +33,10 @@ def run_batch(
     """Bill one day; re-running the same date is a replay and writes nothing."""
     from pyspark.sql import functions as F
 
+    sink = batch_sink(database_url, **sink_options)
+    replay = sink.replay_of(date)
+    if replay is not None:  # committed before: skip without reading anything
+        return dataclasses.asdict(replay)
     path = input_dir / f"events-{date}.json"
     raw = spark.read.schema(billing.EVENT_SCHEMA).json(str(path)).persist()
     try:
@@ -49,7 +53,7 @@ def run_batch(
         effects = billing.invoice_effects(results).unionByName(
             billing.rejected_events(events), allowMissingColumns=True
         )
-        outcome = batch_sink(database_url, **sink_options).write(results, effects, batch_id=date)
+        outcome = sink.write(results, effects, batch_id=date)
         results.unpersist()
     finally:
         raw.unpersist()

@@ -78,6 +78,14 @@ class OutboxSink:
 
         return run
 
+    def replay_of(self, batch_id: str) -> store.BatchOutcome | None:
+        """The committed outcome of ``batch_id``, or None: lets a job skip reading its input."""
+        engine = store.engine_for(self.database_url)
+        try:
+            return store.read_outcome(engine, self.job, batch_id, "replayed")
+        finally:
+            engine.dispose()
+
     def write(self, results_df: Any, effects_df: Any, *, batch_id: str) -> store.BatchOutcome:
         """Commit one batch; a replayed batch id writes nothing and says so."""
         engine = store.engine_for(self.database_url)

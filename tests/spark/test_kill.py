@@ -25,9 +25,11 @@ from tests.spark.test_billing import register_billing_endpoints
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DATES = ("2026-01-01",)
-REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
+# One small day per kill: a killed run leaves later days for the next run, so every
+# kill (3 named + RANDOM_KILLS random) lands in a write that has not committed yet.
 RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "10"))
+DATES = tuple(f"2026-01-{d:02d}" for d in range(1, RANDOM_KILLS + 5))
+REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
 
 
 def _state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
@@ -47,7 +49,7 @@ def _state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
 @pytest.fixture(scope="module")
 def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("events")
-    generate(out, customers=30, events=600, seed=11, bad_rows=5, days=len(DATES))
+    generate(out, customers=6, events=25 * len(DATES), seed=11, bad_rows=5, days=len(DATES))
     return out
 
 
@@ -87,6 +89,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
         driver.kill()
         print(f"killed at {killed_at[-1] if killed_at else 'start'}", flush=True)
     assert killed_at[:3] == ["staging_copy", "before_commit", "after_commit"]
+    assert len(killed_at) == 3 + RANDOM_KILLS, killed_at  # every kill hit a live write
     Driver(command).finish()
     assert _state(engine) == expected, f"kills: {killed_at}"
     markers = table(engine, "SELECT batch_id, effects_new FROM batches ORDER BY 1")
@@ -95,13 +98,10 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
 
 @pytest.mark.timeout(1200)
 def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
-    spark: Any,
-    db_url: str,
-    engine: Engine,
-    second_db: tuple[str, Engine],
-    events: Path,
-    tmp_path: Path,
+    spark: Any, db_url: str, engine: Engine, second_db: tuple[str, Engine], tmp_path: Path
 ) -> None:
+    events = tmp_path / "events"
+    generate(events, customers=8, events=150, seed=12, bad_rows=3, days=3)
     clean_url, clean = second_db
     for e in (engine, clean):
         register_billing_endpoints(e)
