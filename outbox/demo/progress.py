@@ -44,7 +44,7 @@ class Stopwatch:
             say(f"    ({seconds:.1f} s)")
 
 
-def watch(child: Child, describe: Callable[[], str], interval_s: float = 3.0) -> None:
+def watch(child: Child, describe: Callable[[], str], interval_s: float = 5.0) -> None:
     """Print ``describe()`` every ``interval_s`` while ``child`` runs."""
     start = time.monotonic()
     last = start

@@ -161,7 +161,9 @@ def _serve_until_interrupted(result: dict[str, Any], token: str) -> None:
     say(f"API: {result['api_url']} (OpenAPI at {result['api_url']}/docs)")
     say("serving until Ctrl-C ...")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+        while not stop.wait(0.5):
+            pass
     say("stopping ...")
