@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -91,21 +92,34 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
             available_now=args.available_now,
             watermark=args.watermark,
         )
-        _stop_on_signal(queries)
+        stopping = _stop_on_signal()
+        while not stopping.is_set():
+            active = [q for q in queries if q.isActive]
+            if not active:
+                break
+            active[0].awaitTermination(1)
         for query in queries:
-            query.awaitTermination()
+            query.stop()
+        failed = [q for q in queries if q.exception() is not None]
+        if failed:
+            raise failed[0].exception()
         print(json.dumps({"stream": "stopped", "queries": [q.name for q in queries]}), flush=True)
         return 0
     finally:
         spark.stop()
 
 
-def _stop_on_signal(queries: list[Any]) -> None:
-    """SIGTERM/SIGINT: stop the queries cleanly; the checkpoint makes a restart resume."""
+def _stop_on_signal() -> threading.Event:
+    """SIGTERM/SIGINT only set an event; the main loop stops the queries.
+
+    Stopping them from the handler re-enters py4j while the main thread waits
+    in awaitTermination ("reentrant call"), and the process exited 1.
+    """
+    stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
-        for query in queries:
-            query.stop()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    return stopping

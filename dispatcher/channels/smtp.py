@@ -9,6 +9,7 @@ effect's ``recipient``. A missing field is a dead letter with the reason, not a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import smtplib
 import ssl
@@ -51,9 +52,15 @@ def build_message(endpoint: Endpoint, effect: Claimed) -> EmailMessage | str:
     return msg
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: building it costs ~10-90 ms."""
+    return ssl.create_default_context()
+
+
 def _send_sync(endpoint: Endpoint, msg: EmailMessage, timeout: float) -> None:
     host, port = endpoint.smtp_host or "", endpoint.smtp_port or 25
-    context = ssl.create_default_context()
+    context = _tls_context()
     smtp: smtplib.SMTP
     if endpoint.smtp_tls == "tls":
         smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=context)
