@@ -87,3 +87,19 @@ def insert_endpoint(engine: Engine, name: str, **values: object) -> None:
     row.update(values)
     with engine.begin() as conn:
         conn.execute(sa.insert(endpoints).values(**row))
+
+
+def insert_billing_endpoints(engine: Engine, *, smtp_password: str | None = None) -> None:
+    """The example job's two endpoints: ``billing-webhook`` and ``billing-email``."""
+    insert_endpoint(engine, "billing-webhook")
+    insert_endpoint(
+        engine,
+        "billing-email",
+        kind="email",
+        url=None,
+        signing_secret=None,
+        smtp_host="127.0.0.1",
+        smtp_port=2525,
+        mail_from="billing@example.com",
+        smtp_password=smtp_password,
+    )

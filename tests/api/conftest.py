@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 from api.app import create_app
 from dispatcher import tokens
 from dispatcher.settings import Settings
-from tests.conftest import insert_endpoint
+from tests.conftest import insert_billing_endpoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,18 +40,7 @@ def api_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def endpoints(engine: Engine) -> None:
-    insert_endpoint(engine, "billing-webhook")
-    insert_endpoint(
-        engine,
-        "billing-email",
-        kind="email",
-        url=None,
-        signing_secret=None,
-        smtp_host="127.0.0.1",
-        smtp_port=2525,
-        mail_from="billing@example.com",
-        smtp_password="hunter2-smtp",
-    )
+    insert_billing_endpoints(engine, smtp_password="hunter2-smtp")
 
 
 @pytest.fixture

@@ -13,29 +13,15 @@ from sqlalchemy.engine import Engine
 
 from spark_jobs import billing_run
 from spark_jobs.generate import generate
-from tests.conftest import insert_endpoint
+from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def register_billing_endpoints(engine: Engine) -> None:
-    insert_endpoint(engine, "billing-webhook")
-    insert_endpoint(
-        engine,
-        "billing-email",
-        kind="email",
-        url=None,
-        signing_secret=None,
-        smtp_host="127.0.0.1",
-        smtp_port=2525,
-        mail_from="billing@example.test",
-    )
-
-
 @pytest.fixture
 def billing_db(engine: Engine) -> Engine:
-    register_billing_endpoints(engine)
+    insert_billing_endpoints(engine)
     return engine
 
 

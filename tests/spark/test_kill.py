@@ -19,9 +19,9 @@ from sqlalchemy.engine import Engine
 
 from spark_jobs import billing_run
 from spark_jobs.generate import generate
+from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command
-from tests.spark.test_billing import register_billing_endpoints
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -59,7 +59,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
 ) -> None:
     clean_url, clean = second_db
     for e in (engine, clean):
-        register_billing_endpoints(e)
+        insert_billing_endpoints(e)
     for date in DATES:
         billing_run.run_batch(spark, events, date, clean_url, path="executors")
     expected = _state(clean)
@@ -104,7 +104,7 @@ def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
     generate(events, customers=8, events=150, seed=12, bad_rows=3, days=3)
     clean_url, clean = second_db
     for e in (engine, clean):
-        register_billing_endpoints(e)
+        insert_billing_endpoints(e)
     for query in billing_run.start_stream(
         spark, events, tmp_path / "clean-cp", clean_url, available_now=True
     ):
