@@ -261,7 +261,8 @@ staged_effects = sa.Table(
     sa.Column("idempotency_key", sa.Text),
     sa.Column("endpoint", sa.Text),
     sa.Column("recipient", sa.Text),
-    sa.Column("payload", sa.Text),  # canonical JSON (validated by the executor), cast by the merge
+    # Canonical JSON from the executor, parsed by the staging COPY (migration 0002).
+    sa.Column("payload", pg.JSONB),
     sa.Column("payload_sha256", sa.Text),  # of the canonical bytes, as enqueue() computes it
     sa.Column("ordering_key", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),

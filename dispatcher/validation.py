@@ -19,6 +19,10 @@ from dispatcher.keys import is_valid_key
 MAX_PAYLOAD_BYTES = 256 * 1024
 # json.dumps writes U+0000 as the escape \u0000 (after an even run of backslashes).
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+# One encoder, built once: json.dumps with these options would build one per call.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 MAX_RECIPIENT_CHARS = 1024
 MAX_ORDERING_KEY_CHARS = 512
 
@@ -52,16 +56,14 @@ def payload_bytes(payload: object) -> bytes:
             raise InvalidEffect(
                 "payload", f"is not valid JSON ({exc})", "pass a dict or a JSON object as text"
             ) from exc
-    if not isinstance(payload, Mapping):
+    if not isinstance(payload, dict | Mapping):  # dict first: the ABC check is slow
         raise InvalidEffect(
             "payload",
             f"is a JSON {type(payload).__name__}, not an object",
             'wrap the value in an object, e.g. {"value": ...}',
         )
     try:
-        data = json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode("utf-8")
+        data = _CANONICAL.encode(payload).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidEffect(
             "payload",
@@ -74,7 +76,8 @@ def payload_bytes(payload: object) -> bytes:
             f"is {len(data)} bytes, over the {MAX_PAYLOAD_BYTES}-byte limit",
             "send a reference (an id or URL) instead of the document itself",
         )
-    if _NUL_ESCAPE.search(data):
+    # The substring test first: the regex is ~60x slower and almost never needed.
+    if b"\\u0000" in data and _NUL_ESCAPE.search(data):
         raise InvalidEffect(
             "payload",
             "contains a NUL character (\\u0000), which jsonb refuses",

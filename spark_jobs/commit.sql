@@ -52,7 +52,7 @@ SELECT :job, :batch_id, s.attempt_id,
                        'with `outbox endpoints add` or fix the name', s.endpoint)),
        COALESCE(CAST(s.raw_row AS jsonb),
                 jsonb_build_object('idempotency_key', s.idempotency_key, 'endpoint', s.endpoint,
-                                   'recipient', s.recipient, 'payload', CAST(s.payload AS jsonb),
+                                   'recipient', s.recipient, 'payload', s.payload,
                                    'ordering_key', s.ordering_key, 'not_before', s.not_before))
 FROM staged_effects s
 WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
@@ -60,9 +60,10 @@ WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
        OR NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint));
 
 -- name: insert_effects
--- The set-based merge: valid rows of the successful task attempts, in key order
--- (kinder to the unique index), first writer wins; a key already delivered and
--- purged (key_ledger) is never enqueued again.
+-- The set-based merge: valid rows of the successful task attempts, first writer
+-- wins; a key already delivered and purged (key_ledger) is never enqueued again.
+-- No ORDER BY: a million staged rows overflow work_mem and the sort spills to
+-- disk; measured at 1M rows, the sorted merge was ~4.5 s slower, not faster.
 WITH valid AS (
     SELECT s.* FROM staged_effects s
     WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
@@ -72,11 +73,10 @@ WITH valid AS (
     INSERT INTO effects (idempotency_key, job, batch_id, endpoint, recipient, payload,
                          payload_sha256, ordering_key, next_attempt_at)
     SELECT v.idempotency_key, :job, :batch_id, v.endpoint, v.recipient,
-           CAST(v.payload AS jsonb), v.payload_sha256, v.ordering_key,
+           v.payload, v.payload_sha256, v.ordering_key,
            COALESCE(v.not_before, now())
     FROM valid v
     WHERE NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = v.idempotency_key)
-    ORDER BY v.idempotency_key
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING 1
 )

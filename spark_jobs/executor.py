@@ -4,10 +4,11 @@ An import-linter contract keeps it so (pyproject.toml): an executor must be able
 to run with PySpark, psycopg2 and this package, without the dispatcher's
 HTTP/SMTP stack, SQLAlchemy or the API.
 
-Staging: each partition checks its effect rows against the column contract,
-canonicalises payloads exactly as ``enqueue`` does (same bytes, same
-``payload_sha256``), and COPYs them as CSV into the UNLOGGED staging tables in
-ONE transaction per task attempt, tagged with (attempt_id, task_id). The commit
+Staging: each partition checks its effect rows against the column contract
+(vectorised in Arrow; only payloads are handled row by row), canonicalises
+payloads exactly as ``enqueue`` does (same bytes, same ``payload_sha256``), and
+COPYs them as CSV written by Arrow into the UNLOGGED staging tables in ONE
+transaction per task attempt, tagged with (attempt_id, task_id). The commit
 reads only the task attempts the driver saw succeed, so rows of a retried or
 zombie task are never merged. The same functions run on the driver for the
 small-batch path, inside the commit transaction.
@@ -34,7 +35,6 @@ from dispatcher.validation import (
     payload_sha256,
 )
 
-EFFECT_FIELDS = ("idempotency_key", "endpoint", "recipient", "payload", "ordering_key")
 STAGED_EFFECT_COLUMNS = (
     "attempt_id, task_id, idempotency_key, endpoint, recipient, payload, payload_sha256, "
     "ordering_key, not_before, reject_reason, raw_row"
@@ -43,15 +43,6 @@ STAGED_EFFECT_COLUMNS = (
 STAGED_SCHEMA = "task_id long, rows long"
 # Test hook: pause this executor after its first COPY (kill tests "during staging").
 PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
-
-
-def effect_reject_reason(row: Mapping[str, Any]) -> str | None:
-    """Why an effect row breaks the column contract, or None when it is good.
-
-    The same checks as ``dispatcher.enqueue``; the reason names the field and
-    the fix. Whether the endpoint exists is checked at commit, in SQL.
-    """
-    return _check(row)[0]
 
 
 def _check(row: Mapping[str, Any]) -> tuple[str | None, bytes | None]:
@@ -85,79 +76,116 @@ def _printable(value: Any) -> Any:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
-def staged_effect_rows(
-    batches: Iterable[Any], attempt_id: str, task_id: int
-) -> Iterator[tuple[Any, ...]]:
-    """One staging tuple per effect row of the given Arrow record batches."""
-    for batch in batches:
-        names = batch.schema.names
-        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        for values in zip(*columns, strict=True):
-            row = dict(zip(names, values, strict=True))
+# What a row must look like to skip the per-row checks: every row the vectorised
+# test does not clear goes through ``_check``, so its reason is exactly the one
+# ``enqueue`` would give.
+_KEY_REGEX = r"^[0-9a-f]{64}$"
+_VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps it
+_COPY_CHUNK_BYTES = 8 << 20
+
+
+def staged_effects(batch: Any, attempt_id: str, task_id: int) -> Any:
+    """The staging rows (an Arrow table) for one Arrow record batch of effects.
+
+    Vectorised checks clear the plain rows; only payloads are handled one by one
+    (canonical JSON and its hash, as ``enqueue`` computes them). Rows the
+    vectorised test does not clear, and rows whose payload fails, get the exact
+    per-row check and, if bad, a reject reason and their raw JSON.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+    plain = pc.and_kleene(
+        pc.is_null(column["reject_reason"]),
+        pc.match_substring_regex(column["idempotency_key"], _KEY_REGEX),
+    )
+    plain = pc.and_kleene(plain, _clean_text(column["endpoint"], None, required=True))
+    plain = pc.and_kleene(plain, _clean_text(column["recipient"], MAX_RECIPIENT_CHARS))
+    plain = pc.and_kleene(plain, _clean_text(column["ordering_key"], MAX_ORDERING_KEY_CHARS))
+    cleared = pc.fill_null(plain, False).to_pylist()
+
+    payloads: list[bytes | None] = [None] * n
+    hashes: list[str | None] = [None] * n
+    reasons: list[str | None] = [None] * n
+    raw_rows: list[str | None] = [None] * n
+    for i, (fast, text) in enumerate(zip(cleared, column["payload"].to_pylist(), strict=True)):
+        data = None
+        if fast and isinstance(text, str):
+            try:
+                data = payload_bytes(text)
+            except (InvalidEffect, ValueError):
+                data = None
+        if data is None:
+            row = {name: values[i].as_py() for name, values in column.items()}
             reason, data = _check(row)
             if reason is not None:
-                yield (attempt_id, task_id, *([None] * 7), reason, _raw_json(row))
+                reasons[i], raw_rows[i] = reason, _raw_json(row)
                 continue
-            assert data is not None
-            yield (
-                attempt_id,
-                task_id,
-                row["idempotency_key"],
-                row["endpoint"],
-                row.get("recipient"),
-                data.decode("utf-8"),
-                payload_sha256(data),
-                row.get("ordering_key"),
-                row.get("not_before"),
-                None,
-                None,
-            )
+        assert data is not None
+        payloads[i], hashes[i] = data, payload_sha256(data)
+
+    valid = pa.array([r is None for r in reasons], pa.bool_())
+
+    def kept(name: str) -> Any:
+        values = column[name]
+        return pc.if_else(valid, values, pa.nulls(n, values.type))
+
+    return pa.table(
+        {
+            "attempt_id": pa.repeat(pa.scalar(attempt_id), n),
+            "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
+            "idempotency_key": kept("idempotency_key"),
+            "endpoint": kept("endpoint"),
+            "recipient": kept("recipient"),
+            "payload": pa.array(payloads, pa.binary()).cast(pa.string()),
+            "payload_sha256": pa.array(hashes, pa.string()),
+            "ordering_key": kept("ordering_key"),
+            "not_before": kept("not_before"),
+            "reject_reason": pa.array(reasons, pa.string()),
+            "raw_row": pa.array(raw_rows, pa.string()),
+        }
+    )
 
 
-def copy_rows(cursor: Any, table: str, columns: str, rows: Iterable[tuple[Any, ...]]) -> int:
-    """COPY tuples as CSV, in chunks of ~8 MiB; return how many rows went in."""
-    import csv
+def _clean_text(values: Any, max_chars: int | None, *, required: bool = False) -> Any:
+    """True where the text is surely fine (null allowed unless required), else false/null."""
+    import pyarrow.compute as pc
 
-    count = 0
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-
-    def flush() -> None:
-        buffer.seek(0)
-        cursor.copy_expert(f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)", buffer)
-        buffer.seek(0)
-        buffer.truncate()
-
-    for row in rows:
-        writer.writerow(_csv_value(v) for v in row)
-        count += 1
-        if buffer.tell() > 8 << 20:
-            flush()
-    if buffer.tell():
-        flush()
-    _maybe_pause("staging_copy")  # rows sent, staging transaction not yet committed
-    return count
+    ok = pc.invert(pc.match_substring(values, "\x00"))
+    if max_chars is not None:
+        ok = pc.and_kleene(ok, pc.less_equal(pc.utf8_length(values), max_chars))
+    if required:
+        return pc.and_kleene(ok, pc.match_substring_regex(values, _VISIBLE))
+    return pc.or_kleene(pc.is_null(values), ok)
 
 
-_NULL = ""  # csv: an unquoted empty field is NULL
+class _CopyStream:
+    """Arrow tables written as CSV and sent by COPY in chunks of ~8 MiB."""
 
+    def __init__(self, cursor: Any, table: str, columns: str) -> None:
+        self.cursor = cursor
+        self.statement = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
+        self.buffer = io.BytesIO()
+        self.rows = 0
 
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return _NULL
-    if value == "":
-        return _QuotedEmpty()
-    if hasattr(value, "isoformat"):
-        text = value.isoformat()
-        return text if getattr(value, "tzinfo", None) is not None else text + "+00:00"
-    return value
+    def write(self, table: Any) -> None:
+        import pyarrow.csv as pacsv
 
+        # Arrow quotes every string and leaves nulls unquoted and empty: in
+        # PostgreSQL's CSV that is '' for an empty string and NULL for null.
+        pacsv.write_csv(table, self.buffer, pacsv.WriteOptions(include_header=False))
+        self.rows += table.num_rows
+        if self.buffer.tell() > _COPY_CHUNK_BYTES:
+            self.flush()
 
-class _QuotedEmpty(str):
-    """csv.writer writes ``""`` for this, so PostgreSQL reads an empty string, not NULL."""
-
-    def __new__(cls) -> _QuotedEmpty:
-        return super().__new__(cls, "")
+    def flush(self) -> None:
+        if self.buffer.tell():
+            self.buffer.seek(0)
+            self.cursor.copy_expert(self.statement, self.buffer)
+            self.buffer.seek(0)
+            self.buffer.truncate()
 
 
 def stage_partition(
@@ -188,13 +216,28 @@ def stage_partition(
 
 def stage(cursor: Any, kind: str, batches: Iterable[Any], attempt_id: str, task_id: int) -> int:
     """Stage record batches of ``kind`` ("effects" or "results") through ``cursor``."""
+    import pyarrow as pa
+
     if kind == "effects":
-        rows = staged_effect_rows(batches, attempt_id, task_id)
-        return copy_rows(cursor, "staged_effects", STAGED_EFFECT_COLUMNS, rows)
-    result_rows = (
-        (attempt_id, task_id, text) for batch in batches for text in batch.column(0).to_pylist()
-    )
-    return copy_rows(cursor, "staged_results", "attempt_id, task_id, row", result_rows)
+        stream = _CopyStream(cursor, "staged_effects", STAGED_EFFECT_COLUMNS)
+        for batch in batches:
+            stream.write(staged_effects(batch, attempt_id, task_id))
+    else:
+        stream = _CopyStream(cursor, "staged_results", "attempt_id, task_id, row")
+        for batch in batches:
+            n = batch.num_rows
+            stream.write(
+                pa.table(
+                    {
+                        "attempt_id": pa.repeat(pa.scalar(attempt_id), n),
+                        "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
+                        "row": batch.column(0),
+                    }
+                )
+            )
+    stream.flush()
+    _maybe_pause("staging_copy")  # rows sent, staging transaction not yet committed
+    return stream.rows
 
 
 def _maybe_pause(phase: str) -> None:

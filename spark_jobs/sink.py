@@ -99,8 +99,12 @@ class OutboxSink:
             engine.dispose()
 
     def _write(self, engine: Any, results_df: Any, effects_df: Any, batch_id: str) -> Any:
-        effects = effect_frame(effects_df).persist()
-        results = result_frame(results_df).persist() if results_df is not None else None
+        # Only "auto" reads the frames twice (a count to choose the path, then the
+        # staging), so only "auto" caches them: for a one-pass path, building the
+        # cache cost more than the staging itself (bench: ~9 s per 1M effects).
+        cache = self.path == "auto"
+        effects = _cached(effect_frame(effects_df), cache)
+        results = _cached(result_frame(results_df), cache) if results_df is not None else None
         try:
             request = store.CommitRequest(
                 job=self.job,
@@ -119,9 +123,10 @@ class OutboxSink:
                 phases.reached("staged")
                 outcome = store.commit(engine, request, staged)
         finally:
-            effects.unpersist()
-            if results is not None:
-                results.unpersist()
+            if cache:
+                effects.unpersist()
+                if results is not None:
+                    results.unpersist()
         # Our own rows on a lost race, and any zombie's rows for a committed batch.
         store.sweep(engine, self.abandoned_after_s)
         log.info(
@@ -174,3 +179,7 @@ class OutboxSink:
             "batch already committed: replay skipped",
             extra={"event": "batch.replayed", "job": self.job, "batch_id": batch_id},
         )
+
+
+def _cached(frame: Any, cache: bool) -> Any:
+    return frame.persist() if cache else frame
