@@ -249,8 +249,9 @@ worker_heartbeats = sa.Table(
     _ts("stopped_at"),
 )
 
-# Staging for the batch commit: UNLOGGED (re-creatable, no WAL), unindexed but
-# for the attempt id, tagged with the attempt that wrote them.
+# Staging for the batch commit: UNLOGGED (re-creatable, no WAL), tagged with the
+# attempt, the Spark task attempt and the chunk that wrote them, indexed by that
+# tag only (the commit merges one chunk at a time while executors still stage).
 staged_effects = sa.Table(
     "staged_effects",
     metadata,
@@ -268,7 +269,8 @@ staged_effects = sa.Table(
     sa.Column("not_before", sa.DateTime(timezone=True)),
     sa.Column("reject_reason", sa.Text),  # set by the executor when the row breaks the contract
     sa.Column("raw_row", sa.Text),  # the rejected row as JSON text (NULL for valid rows)
-    sa.Index(None, "attempt_id"),
+    sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
+    sa.Index(None, "attempt_id", "task_id", "chunk"),
     prefixes=["UNLOGGED"],
 )
 
@@ -279,7 +281,22 @@ staged_results = sa.Table(
     sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
     sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("row", pg.JSONB, nullable=False),
-    sa.Index(None, "attempt_id"),
+    sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
+    sa.Index(None, "attempt_id", "task_id", "chunk"),
+    prefixes=["UNLOGGED"],
+)
+
+# One row per chunk an executor committed to staging, written in the chunk's own
+# transaction: the commit transaction polls it to merge chunks as they land.
+staged_chunks = sa.Table(
+    "staged_chunks",
+    metadata,
+    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),  # "effects" | "results"
+    sa.Column("task_id", sa.BigInteger, nullable=False),
+    sa.Column("chunk", sa.Integer, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.PrimaryKeyConstraint("attempt_id", "kind", "task_id", "chunk"),
     prefixes=["UNLOGGED"],
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,6 +31,12 @@ from spark_jobs.results import ResultsSpec, apply_statement
 
 log = logging.getLogger(__name__)
 _Q = queries_beside(__file__, "commit.sql")
+_ON_CONFLICT = "ON CONFLICT (idempotency_key) DO NOTHING"
+_UNIQUE_VIOLATION = "23505"
+if _ON_CONFLICT not in str(_Q["insert_effects"]):
+    raise RuntimeError("commit.sql: insert_effects lost its conflict clause")
+# The same merge without the conflict clause: a taken key raises unique_violation.
+_INSERT_NEW_EFFECTS = sa.text(str(_Q["insert_effects"]).replace(_ON_CONFLICT, ""))
 
 
 class BatchNotCommitted(OutboxError):
@@ -114,7 +121,12 @@ def _sweep(conn: Connection, grace_s: float) -> None:
 
 def drop_staging(conn: Connection, attempt_ids: Sequence[str]) -> None:
     params = {"attempt_ids": list(attempt_ids)}
-    for name in ("delete_staged_effects", "delete_staged_results", "delete_attempts"):
+    for name in (
+        "delete_staged_effects",
+        "delete_staged_results",
+        "delete_staged_chunks",
+        "delete_attempts",
+    ):
         conn.execute(_Q[name], params)
 
 
@@ -159,6 +171,159 @@ def commit(
     raise AssertionError("unreachable")
 
 
+def commit_pipelined(
+    engine: Engine, request: CommitRequest, attempt_id: str, run_staging: Callable[[], Staged]
+) -> BatchOutcome:
+    """Stage and merge at once: the commit transaction merges chunks as they land.
+
+    The marker is inserted first, so a racing attempt waits on it before it
+    stages anything. ``run_staging`` (the Spark staging jobs) runs in a thread;
+    meanwhile this transaction merges every chunk the executors commit. At the
+    end the merged chunks must be exactly those of the task attempts Spark saw
+    succeed. If not (a task was retried after a chunk of it was merged), or if
+    the connection is lost, the transaction is dropped and the batch is merged
+    again from staging by ``commit``, the sequential path: staging is kept until
+    a commit succeeds. Nothing here is visible before the one COMMIT.
+    """
+    started = time.monotonic()
+    staging = _Background(run_staging)
+    try:
+        with engine.connect() as conn:
+            if not _insert_marker(conn, request, attempt_id):
+                conn.rollback()
+                return BatchOutcome(request.job, request.batch_id, "lost_race", attempt_id)
+            staging.start()
+            merger = _ChunkMerger(conn, request, attempt_id)
+            while not staging.wait(_POLL_S):
+                merger.merge_new()
+            staged = staging.result()
+            merger.merge_new()
+            phases.reached("staged")
+            if not merger.covers(staged):
+                log.warning(
+                    "merged chunks differ from the succeeded tasks; merging again",
+                    extra={"event": "batch.remerge", "batch_id": request.batch_id},
+                )
+                conn.rollback()
+                return commit(engine, request, staged)
+            counts = {**merger.counts, "duration_s": time.monotonic() - started}
+            _finish(conn, request, attempt_id, counts)
+    except (sa.exc.DBAPIError, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+        if not _connection_lost(exc):
+            raise
+        staged = staging.result()  # staging is in the database; merge it the sequential way
+        log.warning(
+            "commit connection lost while merging chunks, reading the marker",
+            extra={"event": "batch.commit_unknown", "batch_id": request.batch_id},
+        )
+        outcome = read_outcome(engine, request.job, request.batch_id, "committed")
+        if outcome is not None:
+            won = outcome.attempt_id == attempt_id
+            return dataclasses.replace(
+                outcome, status="committed" if won else "lost_race", resolved_by_marker=True
+            )
+        return commit(engine, request, staged)
+    finally:
+        staging.join()  # never leave Spark jobs staging behind a finished write
+    counts.pop("duration_s")
+    return BatchOutcome(request.job, request.batch_id, "committed", attempt_id, **counts)
+
+
+_POLL_S = 0.2
+
+
+class _Background:
+    """A call run in a thread, its result or exception kept for the caller."""
+
+    def __init__(self, fn: Callable[[], Staged]) -> None:
+        self._fn = fn
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outbox-staging", daemon=True)
+        self._value: Staged | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def join(self) -> None:
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def result(self) -> Staged:
+        if not self._thread.is_alive() and not self._done.is_set():
+            self._run()  # never started (the marker insert failed): stage now
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+
+class _ChunkMerger:
+    """Merges each committed staging chunk once, keeping the batch's counts."""
+
+    def __init__(self, conn: Connection, request: CommitRequest, attempt_id: str) -> None:
+        self.conn = conn
+        self.request = request
+        self.attempt_id = attempt_id
+        self.merged: set[tuple[str, int, int]] = set()
+        self.optimistic = True  # until a chunk meets a key that is already taken
+        self.rows = {"effects": 0, "results": 0}
+        self.tasks: dict[str, set[int]] = {"effects": set(), "results": set()}
+        self.counts: dict[str, int] = dict.fromkeys(
+            (
+                "result_rows",
+                "effects_total",
+                "effects_new",
+                "effects_deduplicated",
+                "payload_mismatches",
+                "rejects",
+            ),
+            0,
+        )
+
+    def merge_new(self) -> None:
+        chunks = self.conn.execute(_Q["staged_chunks"], {"attempt_id": self.attempt_id}).all()
+        for kind, task_id, chunk, rows in sorted(chunks):
+            if (kind, task_id, chunk) in self.merged:
+                continue
+            if kind == "effects":
+                counts = _merge_effects(
+                    self.conn, self.request, self.attempt_id, [task_id], chunk, self.optimistic
+                )
+                if counts.pop("conflicted"):
+                    self.optimistic = False
+                for name, value in counts.items():
+                    self.counts[name] += value
+            else:
+                self.counts["result_rows"] += _merge_results(
+                    self.conn, self.request, self.attempt_id, [task_id], chunk
+                )
+            self.merged.add((kind, task_id, chunk))
+            self.rows[kind] += rows
+            self.tasks[kind].add(task_id)
+
+    def covers(self, staged: Staged) -> bool:
+        """True when exactly the succeeded task attempts' rows were merged."""
+        return (
+            self.tasks["effects"] <= set(staged.effect_tasks)
+            and self.tasks["results"] <= set(staged.result_tasks)
+            and self.rows["effects"] == staged.effect_rows
+            and self.rows["results"] == staged.result_rows
+        )
+
+
 def _connection_lost(exc: BaseException) -> bool:
     if isinstance(exc, sa.exc.DBAPIError):
         return bool(exc.connection_invalidated) or isinstance(
@@ -175,35 +340,46 @@ def _commit_once(
 ) -> BatchOutcome:
     started = time.monotonic()
     with engine.connect() as conn:
-        inserted = conn.execute(
-            _Q["insert_marker"],
-            {
-                "job": request.job,
-                "batch_id": request.batch_id,
-                "attempt_id": staged.attempt_id,
-                "spark_app_id": request.spark_app_id,
-            },
-        ).first()
-        if inserted is None:
+        if not _insert_marker(conn, request, staged.attempt_id):
             conn.rollback()
             return BatchOutcome(request.job, request.batch_id, "lost_race", staged.attempt_id)
         if stage_in_tx is not None:
             staged = stage_in_tx(conn.connection.dbapi_connection.cursor())
         counts = _merge(conn, request, staged)
         counts["duration_s"] = time.monotonic() - started
-        conn.execute(
-            _Q["finish_marker"], {"job": request.job, "batch_id": request.batch_id, **counts}
-        )
-        drop_staging(conn, [staged.attempt_id])
-        conn.execute(_Q["notify_committed"], {"payload": f"{request.job}/{request.batch_id}"})
-        phases.reached("before_commit")
-        conn.commit()
-        phases.reached("after_commit")
+        _finish(conn, request, staged.attempt_id, counts)
     counts.pop("duration_s")
     return BatchOutcome(request.job, request.batch_id, "committed", staged.attempt_id, **counts)
 
 
+def _insert_marker(conn: Connection, request: CommitRequest, attempt_id: str) -> bool:
+    """The fence; False when another attempt holds the batch (it committed first)."""
+    inserted = conn.execute(
+        _Q["insert_marker"],
+        {
+            "job": request.job,
+            "batch_id": request.batch_id,
+            "attempt_id": attempt_id,
+            "spark_app_id": request.spark_app_id,
+        },
+    ).first()
+    return inserted is not None
+
+
+def _finish(
+    conn: Connection, request: CommitRequest, attempt_id: str, counts: dict[str, Any]
+) -> None:
+    """Counts on the marker, staging dropped, dispatchers notified: then the one COMMIT."""
+    conn.execute(_Q["finish_marker"], {"job": request.job, "batch_id": request.batch_id, **counts})
+    drop_staging(conn, [attempt_id])
+    conn.execute(_Q["notify_committed"], {"payload": f"{request.job}/{request.batch_id}"})
+    phases.reached("before_commit")
+    conn.commit()
+    phases.reached("after_commit")
+
+
 def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str, Any]:
+    """The sequential merge: every chunk of the task attempts that succeeded, at once."""
     found = conn.execute(
         _Q["count_staged"],
         {
@@ -217,11 +393,52 @@ def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str
             f"effect/result rows, expected {staged.effect_rows}/{staged.result_rows} "
             "(swept as abandoned?); nothing was committed, re-run the batch"
         )
+    counts = _merge_effects(conn, request, staged.attempt_id, staged.effect_tasks, None)
+    counts.pop("conflicted")
+    counts["result_rows"] = (
+        _merge_results(conn, request, staged.attempt_id, staged.result_tasks, None)
+        if staged.result_rows
+        else 0
+    )
+    return counts
+
+
+def _merge_results(
+    conn: Connection,
+    request: CommitRequest,
+    attempt_id: str,
+    task_ids: Sequence[int],
+    chunk: int | None,
+) -> int:
+    if request.results is None:
+        return 0
+    statement = apply_statement(conn, request.results, request.result_columns)
+    params = {"attempt_id": attempt_id, "task_ids": list(task_ids), "chunk": chunk}
+    return int(conn.execute(statement, params).rowcount)
+
+
+def _merge_effects(
+    conn: Connection,
+    request: CommitRequest,
+    attempt_id: str,
+    task_ids: Sequence[int],
+    chunk: int | None,
+    optimistic: bool = False,
+) -> dict[str, Any]:
+    """Rejects and effects of the given task attempts (one chunk, or all: ``None``).
+
+    ``optimistic``: try a plain INSERT first, under a savepoint, and fall back to
+    ``ON CONFLICT DO NOTHING`` only if a key is already taken. A plain insert
+    skips the speculative-insertion protocol per row (measured ~18 % of the
+    merge at 1M rows); a chunk with a taken key is inserted twice, so the
+    caller stops being optimistic after the first (``"conflicted"`` in the result).
+    """
     fx = {
         "job": request.job,
         "batch_id": request.batch_id,
-        "attempt_id": staged.attempt_id,
-        "task_ids": list(staged.effect_tasks),
+        "attempt_id": attempt_id,
+        "task_ids": list(task_ids),
+        "chunk": chunk,
     }
     if request.on_invalid == "fail":
         reasons = [r[0] for r in conn.execute(_Q["first_reject_reasons"], {**fx, "limit": 5})]
@@ -230,16 +447,23 @@ def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str
                 f"batch {request.batch_id!r}: invalid effect rows (on_invalid='fail'), first "
                 "reasons: " + " | ".join(reasons)
             )
-    result_rows = 0
-    if request.results is not None and staged.result_rows:
-        statement = apply_statement(conn, request.results, request.result_columns)
-        params = {"attempt_id": staged.attempt_id, "task_ids": list(staged.result_tasks)}
-        result_rows = conn.execute(statement, params).rowcount
     rejects = conn.execute(_Q["move_rejects"], fx).rowcount
-    total, new = conn.execute(_Q["insert_effects"], fx).one()
+    conflicted = False
+    if optimistic:
+        savepoint = conn.begin_nested()
+        try:
+            total, new = conn.execute(_INSERT_NEW_EFFECTS, fx).one()
+            savepoint.commit()
+        except sa.exc.IntegrityError as exc:
+            if getattr(exc.orig, "pgcode", None) != _UNIQUE_VIOLATION:
+                raise
+            savepoint.rollback()
+            conflicted = True
+    if not optimistic or conflicted:
+        total, new = conn.execute(_Q["insert_effects"], fx).one()
     mismatches = conn.execute(_Q["count_payload_mismatches"], fx).scalar() if new < total else 0
     return {
-        "result_rows": result_rows,
+        "conflicted": conflicted,
         "effects_total": int(total),
         "effects_new": int(new),
         "effects_deduplicated": int(total - new),

@@ -1,3 +1,6 @@
+-- Every statement that reads staging takes :chunk: NULL for all chunks of the
+-- given task attempts (the sequential merge), or the one chunk being merged.
+
 -- name: read_marker
 -- The replay check, and how an unknown COMMIT outcome is resolved: the marker says.
 SELECT attempt_id, result_rows, effects_total, effects_new, effects_deduplicated,
@@ -20,6 +23,13 @@ DELETE FROM staged_effects WHERE attempt_id = ANY(CAST(:attempt_ids AS uuid[]));
 -- name: delete_staged_results
 DELETE FROM staged_results WHERE attempt_id = ANY(CAST(:attempt_ids AS uuid[]));
 
+-- name: delete_staged_chunks
+DELETE FROM staged_chunks WHERE attempt_id = ANY(CAST(:attempt_ids AS uuid[]));
+
+-- name: staged_chunks
+-- The chunks executors have committed so far; the commit merges each once.
+SELECT kind, task_id, chunk, rows FROM staged_chunks WHERE attempt_id = :attempt_id;
+
 -- name: delete_attempts
 DELETE FROM staging_attempts WHERE attempt_id = ANY(CAST(:attempt_ids AS uuid[]));
 
@@ -38,6 +48,7 @@ SELECT COALESCE(s.reject_reason,
                        'with `outbox endpoints add` or fix the name', s.endpoint)) AS reason
 FROM staged_effects s
 WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
+  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
   AND (s.reject_reason IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint))
 LIMIT :limit;
@@ -56,6 +67,7 @@ SELECT :job, :batch_id, s.attempt_id,
                                    'ordering_key', s.ordering_key, 'not_before', s.not_before))
 FROM staged_effects s
 WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
+  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
   AND (s.reject_reason IS NOT NULL
        OR NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint));
 
@@ -67,6 +79,7 @@ WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
 WITH valid AS (
     SELECT s.* FROM staged_effects s
     WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
+      AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
       AND s.reject_reason IS NULL
       AND EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint)
 ), inserted AS (
@@ -87,7 +100,8 @@ SELECT (SELECT count(*) FROM valid) AS total, (SELECT count(*) FROM inserted) AS
 -- key is stored with another hash (earlier batch, enqueue(), the ledger, or a
 -- twin in this batch) is a mismatch: the stored payload won, this one was not kept.
 SELECT count(*) FROM staged_effects s
-WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids) AND s.reject_reason IS NULL
+WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
+  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk) AND s.reject_reason IS NULL
   AND (EXISTS (SELECT 1 FROM effects e WHERE e.idempotency_key = s.idempotency_key
                                          AND e.payload_sha256 <> s.payload_sha256)
        OR EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = s.idempotency_key
@@ -115,6 +129,7 @@ INSERT INTO {table} ({columns})
 SELECT {record_columns}
 FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
 WHERE s.attempt_id = :attempt_id AND s.task_id = ANY(:task_ids)
+  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
 -- name: finish_marker

@@ -7,11 +7,14 @@ HTTP/SMTP stack, SQLAlchemy or the API.
 Staging: each partition checks its effect rows against the column contract
 (vectorised in Arrow; only payloads are handled row by row), canonicalises
 payloads exactly as ``enqueue`` does (same bytes, same ``payload_sha256``), and
-COPYs them as CSV written by Arrow into the UNLOGGED staging tables in ONE
-transaction per task attempt, tagged with (attempt_id, task_id). The commit
-reads only the task attempts the driver saw succeed, so rows of a retried or
-zombie task are never merged. The same functions run on the driver for the
-small-batch path, inside the commit transaction.
+COPYs them as CSV written by Arrow into the UNLOGGED staging tables, tagged
+(attempt_id, task_id, chunk). Every ``CHUNK_ROWS`` rows a chunk commits together
+with its ``staged_chunks`` row, so the driver's commit transaction can merge it
+while later chunks are staged. What ends in the batch is only what task attempts
+the driver saw succeed staged: a merged chunk of any other task attempt (a
+retried or zombie task) makes the commit start over with those tasks only. The
+same functions run on the driver for the small-batch path, inside the commit
+transaction, as one uncommitted chunk.
 """
 
 from __future__ import annotations
@@ -35,10 +38,15 @@ from dispatcher.validation import (
     payload_sha256,
 )
 
-STAGED_EFFECT_COLUMNS = (
-    "attempt_id, task_id, idempotency_key, endpoint, recipient, payload, payload_sha256, "
-    "ordering_key, not_before, reject_reason, raw_row"
-)
+_TAGS = "attempt_id, task_id, chunk"
+STAGED_COLUMNS = {
+    "effects": f"{_TAGS}, idempotency_key, endpoint, recipient, payload, payload_sha256, "
+    "ordering_key, not_before, reject_reason, raw_row",
+    "results": f"{_TAGS}, row",
+}
+# Rows per staging chunk: each chunk commits on its own, and the driver's commit
+# transaction merges it while the executors stage the next ones.
+CHUNK_ROWS = 50_000
 # What each staging task reports to the driver.
 STAGED_SCHEMA = "task_id long, rows long"
 # Test hook: pause this executor after its first COPY (kill tests "during staging").
@@ -84,8 +92,8 @@ _VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps
 _COPY_CHUNK_BYTES = 8 << 20
 
 
-def staged_effects(batch: Any, attempt_id: str, task_id: int) -> Any:
-    """The staging rows (an Arrow table) for one Arrow record batch of effects.
+def staged_effects(batch: Any) -> Any:
+    """The staging rows (an Arrow table, untagged) for one Arrow record batch of effects.
 
     Vectorised checks clear the plain rows; only payloads are handled one by one
     (canonical JSON and its hash, as ``enqueue`` computes them). Rows the
@@ -134,8 +142,6 @@ def staged_effects(batch: Any, attempt_id: str, task_id: int) -> Any:
 
     return pa.table(
         {
-            "attempt_id": pa.repeat(pa.scalar(attempt_id), n),
-            "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
             "idempotency_key": kept("idempotency_key"),
             "endpoint": kept("endpoint"),
             "recipient": kept("recipient"),
@@ -162,34 +168,72 @@ def _clean_text(values: Any, max_chars: int | None, *, required: bool = False) -
 
 
 class _CopyStream:
-    """Arrow tables written as CSV and sent by COPY in chunks of ~8 MiB."""
+    """Tagged Arrow tables written as CSV and sent by COPY in pieces of ~8 MiB.
 
-    def __init__(self, cursor: Any, table: str, columns: str) -> None:
+    With ``chunk_rows``, every ``chunk_rows`` rows end a chunk: it is announced in
+    ``staged_chunks`` and committed, so the driver can merge it at once. Without,
+    everything is one chunk in the caller's transaction (the driver path).
+    """
+
+    def __init__(
+        self, cursor: Any, kind: str, attempt_id: str, task_id: int, chunk_rows: int | None
+    ) -> None:
         self.cursor = cursor
-        self.statement = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
+        self.kind = kind
+        self.tags = (attempt_id, task_id)
+        self.chunk_rows = chunk_rows
+        self.statement = f"COPY staged_{kind} ({STAGED_COLUMNS[kind]}) FROM STDIN WITH (FORMAT csv)"
         self.buffer = io.BytesIO()
         self.rows = 0
+        self.chunk = 0
+        self.chunk_size = 0
 
     def write(self, table: Any) -> None:
+        import pyarrow as pa
         import pyarrow.csv as pacsv
 
+        n = table.num_rows
+        tags = [
+            pa.repeat(pa.scalar(self.tags[0]), n),
+            pa.repeat(pa.scalar(self.tags[1], pa.int64()), n),
+            pa.repeat(pa.scalar(self.chunk, pa.int32()), n),
+        ]
+        tagged = pa.Table.from_arrays([*tags, *table.columns], ["a", "t", "c", *table.schema.names])
         # Arrow quotes every string and leaves nulls unquoted and empty: in
         # PostgreSQL's CSV that is '' for an empty string and NULL for null.
-        pacsv.write_csv(table, self.buffer, pacsv.WriteOptions(include_header=False))
-        self.rows += table.num_rows
-        if self.buffer.tell() > _COPY_CHUNK_BYTES:
-            self.flush()
+        pacsv.write_csv(tagged, self.buffer, pacsv.WriteOptions(include_header=False))
+        self.rows += n
+        self.chunk_size += n
+        if self.chunk_rows is not None and self.chunk_size >= self.chunk_rows:
+            self.end_chunk()
+        elif self.buffer.tell() > _COPY_CHUNK_BYTES:
+            self.send()
 
-    def flush(self) -> None:
+    def send(self) -> None:
         if self.buffer.tell():
             self.buffer.seek(0)
             self.cursor.copy_expert(self.statement, self.buffer)
             self.buffer.seek(0)
             self.buffer.truncate()
 
+    def end_chunk(self, *, last: bool = False) -> None:
+        self.send()
+        if last:
+            _maybe_pause("staging_copy")  # rows sent, the chunk not yet committed
+        if self.chunk_rows is None or not self.chunk_size:
+            return
+        self.cursor.execute(
+            "INSERT INTO staged_chunks (attempt_id, kind, task_id, chunk, rows) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (*self.tags[:1], self.kind, self.tags[1], self.chunk, self.chunk_size),
+        )
+        self.cursor.connection.commit()
+        self.chunk += 1
+        self.chunk_size = 0
+
 
 def stage_partition(
-    dsn: str, attempt_id: str, kind: str
+    dsn: str, attempt_id: str, kind: str, chunk_rows: int = CHUNK_ROWS
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that stages one partition of effects or results."""
 
@@ -203,7 +247,7 @@ def stage_partition(
         conn = psycopg2.connect(dsn, application_name=f"spark-outbox-stage-{kind}")
         try:
             with conn, conn.cursor() as cur:
-                count = stage(cur, kind, batches, attempt_id, task_id)
+                count = stage(cur, kind, batches, attempt_id, task_id, chunk_rows)
         finally:
             conn.close()
         yield pa.RecordBatch.from_pydict(
@@ -214,29 +258,23 @@ def stage_partition(
     return run
 
 
-def stage(cursor: Any, kind: str, batches: Iterable[Any], attempt_id: str, task_id: int) -> int:
-    """Stage record batches of ``kind`` ("effects" or "results") through ``cursor``."""
-    import pyarrow as pa
+def stage(
+    cursor: Any,
+    kind: str,
+    batches: Iterable[Any],
+    attempt_id: str,
+    task_id: int,
+    chunk_rows: int | None = None,
+) -> int:
+    """Stage record batches of ``kind`` ("effects" or "results") through ``cursor``.
 
-    if kind == "effects":
-        stream = _CopyStream(cursor, "staged_effects", STAGED_EFFECT_COLUMNS)
-        for batch in batches:
-            stream.write(staged_effects(batch, attempt_id, task_id))
-    else:
-        stream = _CopyStream(cursor, "staged_results", "attempt_id, task_id, row")
-        for batch in batches:
-            n = batch.num_rows
-            stream.write(
-                pa.table(
-                    {
-                        "attempt_id": pa.repeat(pa.scalar(attempt_id), n),
-                        "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
-                        "row": batch.column(0),
-                    }
-                )
-            )
-    stream.flush()
-    _maybe_pause("staging_copy")  # rows sent, staging transaction not yet committed
+    With ``chunk_rows`` (executors), each chunk commits on the cursor's
+    connection; without (the driver path), nothing is committed here.
+    """
+    stream = _CopyStream(cursor, kind, attempt_id, task_id, chunk_rows)
+    for batch in batches:
+        stream.write(staged_effects(batch) if kind == "effects" else batch)
+    stream.end_chunk(last=True)
     return stream.rows
 
 

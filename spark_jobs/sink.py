@@ -8,8 +8,11 @@ jobs (the batch id is a run id such as the logical date), and
 Protocol (DESIGN.md): a batch whose marker exists is a replay and is skipped;
 otherwise executors stage rows in parallel under a fresh attempt id, and the
 driver commits them in one transaction fenced by the marker (spark_jobs.commit).
-Small batches skip the executors' staging: the driver streams them into the
-staging tables inside the commit transaction itself (same SQL, same result).
+Executors commit staging in chunks, and the commit transaction (marker first)
+merges each chunk as it lands, so staging and merging overlap
+(``commit.commit_pipelined``). Small batches skip the executors' staging: the
+driver streams them into the staging tables inside the commit transaction
+itself (same SQL, same result).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dispatcher.errors import ConfigurationError
 from spark_jobs import commit as store
 from spark_jobs import phases
 from spark_jobs.contract import effect_frame, result_frame
-from spark_jobs.executor import STAGED_SCHEMA, stage, stage_partition
+from spark_jobs.executor import CHUNK_ROWS, STAGED_SCHEMA, stage, stage_partition
 from spark_jobs.results import ResultsSpec
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,9 @@ class OutboxSink:
     # "auto": the driver path up to driver_path_max_rows rows, executors above.
     path: str = "auto"
     driver_path_max_rows: int = 10_000
+    # Rows per staging chunk on the executors: the commit merges a chunk as soon
+    # as it lands, so smaller chunks overlap more, at one transaction each.
+    chunk_rows: int = CHUNK_ROWS
     abandoned_after_s: float = 3600.0
 
     def __post_init__(self) -> None:
@@ -119,9 +125,12 @@ class OutboxSink:
             if self._use_driver(effects, results):
                 outcome = self._commit_through_driver(engine, request, attempt_id, effects, results)
             else:
-                staged = self._stage_on_executors(attempt_id, effects, results)
-                phases.reached("staged")
-                outcome = store.commit(engine, request, staged)
+                outcome = store.commit_pipelined(
+                    engine,
+                    request,
+                    attempt_id,
+                    lambda: self._stage_on_executors(attempt_id, effects, results),
+                )
         finally:
             if cache:
                 effects.unpersist()
@@ -141,14 +150,14 @@ class OutboxSink:
         return rows <= self.driver_path_max_rows
 
     def _stage_on_executors(self, attempt_id: str, effects: Any, results: Any) -> store.Staged:
-        dsn = db.libpq_url(self.database_url)
-        schema = STAGED_SCHEMA
-        fx = effects.mapInArrow(stage_partition(dsn, attempt_id, "effects"), schema).collect()
-        rs = (
-            results.mapInArrow(stage_partition(dsn, attempt_id, "results"), schema).collect()
-            if results is not None
-            else []
-        )
+        def run(kind: str, frame: Any) -> list[Any]:
+            if frame is None:
+                return []
+            dsn = db.libpq_url(self.database_url)
+            stage_fn = stage_partition(dsn, attempt_id, kind, self.chunk_rows)
+            return frame.mapInArrow(stage_fn, STAGED_SCHEMA).collect()
+
+        fx, rs = run("effects", effects), run("results", results)
         return store.Staged(
             attempt_id=attempt_id,
             effect_tasks=tuple(r["task_id"] for r in fx),

@@ -22,18 +22,8 @@ from sqlalchemy.engine import Engine
 from dispatcher.keys import effect_key
 from dispatcher.validation import MAX_ORDERING_KEY_CHARS, MAX_RECIPIENT_CHARS, payload_sha256
 from spark_jobs.executor import _check, _raw_json, stage, staged_effects
+from tests.spark.helpers import EFFECT_ARROW_SCHEMA
 
-SCHEMA = pa.schema(
-    [
-        ("idempotency_key", pa.string()),
-        ("endpoint", pa.string()),
-        ("payload", pa.string()),
-        ("recipient", pa.string()),
-        ("ordering_key", pa.string()),
-        ("reject_reason", pa.string()),
-        ("not_before", pa.timestamp("us", tz="UTC")),
-    ]
-)
 ATTEMPT = "00000000-0000-0000-0000-0000000000aa"
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
@@ -112,11 +102,10 @@ def _expected(row: dict[str, Any]) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(rows, min_size=1, max_size=8))
 def test_vectorised_staging_gives_the_per_row_outcome(batch_rows: list[dict[str, Any]]) -> None:
-    batch = pa.RecordBatch.from_pylist(batch_rows, schema=SCHEMA)
-    staged = staged_effects(batch, ATTEMPT, 7).to_pylist()
+    batch = pa.RecordBatch.from_pylist(batch_rows, schema=EFFECT_ARROW_SCHEMA)
+    staged = staged_effects(batch).to_pylist()
     assert len(staged) == len(batch_rows)
     for row, got in zip(batch_rows, staged, strict=True):
-        assert (got["attempt_id"], got["task_id"]) == (ATTEMPT, 7)
         want = _expected(row)
         if got["raw_row"] is not None:
             got["raw_row"] = json.loads(got["raw_row"])
@@ -140,7 +129,7 @@ def test_staged_text_survives_csv_and_copy(engine: Engine) -> None:
         for i, text in enumerate(awkward)
     ]
     bad = {**batch_rows[0], "idempotency_key": "bad", "recipient": 'x,"y"\n'}
-    batch = pa.RecordBatch.from_pylist([*batch_rows, bad], schema=SCHEMA)
+    batch = pa.RecordBatch.from_pylist([*batch_rows, bad], schema=EFFECT_ARROW_SCHEMA)
     raw = engine.raw_connection()
     try:
         with raw.cursor() as cur:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -12,6 +13,18 @@ from dispatcher.keys import effect_key
 from spark_jobs.results import ResultsSpec
 from spark_jobs.sink import OutboxSink
 
+# What executors receive: the effects contract's columns as Arrow types.
+EFFECT_ARROW_SCHEMA = pa.schema(
+    [
+        ("idempotency_key", pa.string()),
+        ("endpoint", pa.string()),
+        ("payload", pa.string()),
+        ("recipient", pa.string()),
+        ("ordering_key", pa.string()),
+        ("reject_reason", pa.string()),
+        ("not_before", pa.timestamp("us", tz="UTC")),
+    ]
+)
 EFFECT_SCHEMA = "idempotency_key string, endpoint string, payload string, recipient string"
 INVOICE_SCHEMA = (
     "invoice_id string, customer_id string, invoice_date date, currency string, "

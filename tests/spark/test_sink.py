@@ -73,7 +73,8 @@ def test_driver_path_and_executor_path_give_the_same_result(
     insert_endpoint(other, "hook")
     rows = [*effect_rows(20), ("bad", "hook", "{}", None), (effect_key("x"), "nope", "{}", None)]
     results, effects = _frames(spark, rows, invoice_rows(6))
-    a = sink(db_url, path="executors").write(results, effects, batch_id="b1")
+    # chunks of 3 rows: the commit merges many chunks while executors still stage
+    a = sink(db_url, path="executors", chunk_rows=3).write(results, effects, batch_id="b1")
     b = sink(other_url, path="driver").write(results, effects, batch_id="b1")
     strip = ("attempt_id",)
     assert {k: v for k, v in vars(a).items() if k not in strip} == {
