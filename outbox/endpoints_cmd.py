@@ -1,5 +1,8 @@
 """``outbox endpoints add|list|show|pause|resume``: the named destinations.
 
+Pause and resume take a reason and are recorded in ``operator_actions`` (actor
+``cli:<login>``), as the API's operator routes are.
+
 A webhook's signing secret is printed once, on creation, and never again.
 SMTP passwords are read from an environment variable, never from the command
 line (where ``ps`` would show them).
@@ -8,11 +11,13 @@ line (where ``ps`` would show them).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
-from dispatcher import db, endpoints
+from dispatcher import db, endpoints, operations
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 
@@ -50,6 +55,7 @@ def register(sub: Any) -> None:
     pause.set_defaults(handler=pause_endpoint)
     resume = cmds.add_parser("resume", help="deliver to it again")
     resume.add_argument("name")
+    resume.add_argument("--reason", required=True)
     resume.set_defaults(handler=resume_endpoint)
 
 
@@ -165,22 +171,22 @@ def show_endpoint(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def pause_endpoint(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
-    try:
-        with engine.begin() as conn:
-            endpoints.pause(conn, args.name, args.reason)
-    finally:
-        engine.dispose()
-    print(f"paused {args.name}")
-    return 0
+    return _operate(settings, operations.pause_endpoint, args.name, args.reason, "paused")
 
 
 def resume_endpoint(args: argparse.Namespace, settings: Settings) -> int:
+    return _operate(settings, operations.resume_endpoint, args.name, args.reason, "resumed")
+
+
+def _operate(
+    settings: Settings, action: Callable[..., None], name: str, reason: str, done: str
+) -> int:
+    """Pause or resume, with its ``operator_actions`` row in the same transaction."""
     engine = _engine(settings)
     try:
         with engine.begin() as conn:
-            endpoints.resume(conn, args.name)
+            action(conn, name, actor=f"cli:{getpass.getuser()}", reason=reason)
     finally:
         engine.dispose()
-    print(f"resumed {args.name}")
+    print(f"{done} {name}")
     return 0

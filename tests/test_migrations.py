@@ -75,8 +75,14 @@ def test_staging_tables_are_unlogged(engine: sa.Engine) -> None:
             conn.execute(
                 sa.text(
                     "SELECT relname, relpersistence FROM pg_class "
-                    "WHERE relname IN ('staged_effects', 'staged_results', 'effects')"
+                    "WHERE relname IN ('staged_effects', 'staged_results', 'staged_chunks', "
+                    "'effects')"
                 )
             ).all()
         )
-    assert rows == {"staged_effects": "u", "staged_results": "u", "effects": "p"}
+    assert rows == {
+        "staged_effects": "u",
+        "staged_results": "u",
+        "staged_chunks": "u",
+        "effects": "p",
+    }

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dispatcher import db
 from dispatcher.endpoints import signing_key
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
@@ -52,9 +55,23 @@ def test_endpoints_add_list_show_pause_resume(
     assert shown["enabled"] is False and shown["paused_reason"] == "maintenance"
     assert secret not in json.dumps(shown)
 
-    assert _cli(db_url, "endpoints", "resume", "billing-webhook") == 0
+    assert _cli(db_url, "endpoints", "resume", "billing-webhook", "--reason", "done") == 0
     assert _cli(db_url, "endpoints", "show", "billing-webhook") == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["enabled"] is True
+
+    engine = db.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            actions = conn.execute(
+                sa.text("SELECT actor, action, target, reason FROM operator_actions ORDER BY id")
+            ).all()
+    finally:
+        engine.dispose()
+    actor = f"cli:{getpass.getuser()}"
+    assert [tuple(a) for a in actions] == [
+        (actor, "pause_endpoint", "billing-webhook", "maintenance"),
+        (actor, "resume_endpoint", "billing-webhook", "done"),
+    ]
 
 
 def test_bad_endpoint_input_names_the_field_and_the_fix(
