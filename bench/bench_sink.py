@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="interleaved rounds; the table shows medians"
+    )
     args = parser.parse_args(argv)
     if not _ensure_jdbc_jar():
         print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
@@ -52,23 +56,37 @@ def main(argv: list[str]) -> int:
 def _run(url: str, args: argparse.Namespace) -> int:
     from spark_jobs.session import build_session
 
+    paths = {
+        "sink (atomic)": _time_sink,
+        "spark jdbc append": _time_jdbc,
+        "raw COPY (1 stream)": _time_copy,
+    }
+    runs: dict[str, list[tuple[float, str]]] = {name: [] for name in paths}
     spark = build_session("bench-sink", args.master, **{"spark.jars": str(JAR)})
     try:
         rows = _rows(spark, args.rows, args.partitions)
         _register_endpoint(url)
-        timings = {
-            "sink (atomic)": _time_sink(url, rows),
-            "spark jdbc append": _time_jdbc(url, rows),
-            "raw COPY (1 stream)": _time_copy(url, rows),
-        }
+        for round_ in range(1, args.repeat + 1):
+            for name, time_path in paths.items():  # interleaved: drift hits every path alike
+                runs[name].append(time_path(url, rows))
+                print(f"round {round_}: {name}: {runs[name][-1][0]:.2f} s", flush=True)
     finally:
         spark.stop()
-    base = args.rows / timings["spark jdbc append"][0]
-    print(f"\n{args.rows:,} rows into the indexed effects table, {args.partitions} partitions")
-    print(f"{'path':<22}{'seconds':>9}{'rows/s':>12}{'vs jdbc':>9}  note")
-    for name, (seconds, note) in timings.items():
-        rate = args.rows / seconds
-        print(f"{name:<22}{seconds:>9.2f}{rate:>12,.0f}{rate / base:>9.2f}  {note}")
+    median = {name: statistics.median(s for s, _ in results) for name, results in runs.items()}
+    base = args.rows / median["spark jdbc append"]
+    print(
+        f"\n{args.rows:,} rows into the indexed effects table, {args.partitions} partitions, "
+        f"median of {args.repeat} interleaved round(s)"
+    )
+    print(f"{'path':<22}{'seconds':>9}{'range':>15}{'rows/s':>10}{'vs jdbc':>9}  note")
+    for name, results in runs.items():
+        seconds = [s for s, _ in results]
+        rate = args.rows / median[name]
+        spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
+        print(
+            f"{name:<22}{median[name]:>9.2f}{spread:>15}{rate:>10,.0f}{rate / base:>9.2f}"
+            f"  {results[-1][1]}"
+        )
     return 0
 
 
