@@ -34,13 +34,20 @@ def libpq_url(url: str) -> str:
 
 
 def create_engine(
-    url: str, *, pool_size: int = 5, application_name: str = "spark-outbox"
+    url: str,
+    *,
+    pool_size: int = 5,
+    application_name: str = "spark-outbox",
+    pre_ping: bool = True,
 ) -> Engine:
+    """A pooled engine. ``pre_ping=False`` for callers that retry every call on a
+    lost connection (the dispatcher's DbCalls): the ping is one more round trip
+    per checkout, measured at ~6 % of a dispatcher's samples under load."""
     return sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         connect_args={"application_name": application_name},
     )
 

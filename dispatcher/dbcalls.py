@@ -2,7 +2,9 @@
 
 tenacity guards every call: a restarted PostgreSQL (connection refused, "the
 database system is starting up", a connection killed mid-statement) must not
-kill the worker. The engine's pre-ping replaces dead pooled connections.
+kill the worker. A dead pooled connection fails its call with an
+OperationalError, which invalidates it; the retry checks out a fresh one (so
+the dispatcher's engine needs no pre-ping round trip per call).
 Every store statement is one transaction, so a retried call is either the
 first to apply or finds its leases already settled (then it records 'stale').
 """

@@ -48,7 +48,10 @@ def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = _with_flags(args, settings)
     url = db.database_url(settings)
-    engine = db.create_engine(url, pool_size=4, application_name="outbox-dispatcher")
+    # No pre-ping: every store call is retried by DbCalls on a lost connection.
+    engine = db.create_engine(
+        url, pool_size=4, application_name="outbox-dispatcher", pre_ping=False
+    )
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:
         worker.metrics.serve(args.metrics_port)
