@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,3 +258,46 @@ def test_abandoned_attempts_are_swept(spark: Any, db_url: str, hook: Engine) -> 
     sink(db_url).write(results, effects, batch_id="b1")
     assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
     assert table(hook, "SELECT count(*) FROM staging_attempts")[0][0] == 0
+
+
+def test_foreach_batch_on_the_executor_path_commits_each_micro_batch(
+    spark: Any, db_url: str, hook: Engine, tmp_path: Path
+) -> None:
+    """The pipelined commit stages from a thread of its own inside ``foreachBatch``."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.keys import effect_key_column
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for part in range(2):
+        numbers = range(part * 10, part * 10 + 10)
+        (source / f"part{part}.json").write_text("\n".join(json.dumps({"n": n}) for n in numbers))
+
+    def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
+        effects = batch.select(
+            effect_key_column("t.stream", batch.schema, "n").alias("idempotency_key"),
+            F.lit("hook").alias("endpoint"),
+            F.to_json(F.struct("n")).alias("payload"),
+        )
+        return None, effects
+
+    stream_sink = sink(db_url, results=None, path="executors", chunk_rows=3)
+    query = (
+        spark.readStream.schema("n long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.foreachBatch(stream_sink.foreach_batch(derive, lambda: "run1"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    keys = {r[0] for r in table(hook, "SELECT idempotency_key FROM effects")}
+    assert keys == {effect_key("t.stream", n) for n in range(20)}
+    assert table(hook, "SELECT batch_id, effects_new FROM batches ORDER BY batch_id") == [
+        ("run1/0", 10),
+        ("run1/1", 10),
+    ]
+    assert table(hook, "SELECT count(*) FROM staged_chunks")[0][0] == 0
