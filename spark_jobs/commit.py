@@ -153,16 +153,9 @@ def commit(
         except (sa.exc.DBAPIError, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
             if not _connection_lost(exc):
                 raise
-            log.warning(
-                "commit outcome unknown, reading the marker",
-                extra={"event": "batch.commit_unknown", "batch_id": request.batch_id},
-            )
-            outcome = read_outcome(engine, request.job, request.batch_id, "committed")
+            outcome = _resolve_by_marker(engine, request, staged.attempt_id)
             if outcome is not None:
-                won = outcome.attempt_id == staged.attempt_id
-                return dataclasses.replace(
-                    outcome, status="committed" if won else "lost_race", resolved_by_marker=True
-                )
+                return outcome
             if round_ == 2:
                 raise BatchNotCommitted(
                     f"batch {request.batch_id!r}: connection lost twice before COMMIT; "
@@ -212,17 +205,8 @@ def commit_pipelined(
         if not _connection_lost(exc):
             raise
         staged = staging.result()  # staging is in the database; merge it the sequential way
-        log.warning(
-            "commit connection lost while merging chunks, reading the marker",
-            extra={"event": "batch.commit_unknown", "batch_id": request.batch_id},
-        )
-        outcome = read_outcome(engine, request.job, request.batch_id, "committed")
-        if outcome is not None:
-            won = outcome.attempt_id == attempt_id
-            return dataclasses.replace(
-                outcome, status="committed" if won else "lost_race", resolved_by_marker=True
-            )
-        return commit(engine, request, staged)
+        outcome = _resolve_by_marker(engine, request, attempt_id)
+        return outcome if outcome is not None else commit(engine, request, staged)
     finally:
         staging.join()  # never leave Spark jobs staging behind a finished write
     counts.pop("duration_s")
@@ -322,6 +306,23 @@ class _ChunkMerger:
             and self.rows["effects"] == staged.effect_rows
             and self.rows["results"] == staged.result_rows
         )
+
+
+def _resolve_by_marker(
+    engine: Engine, request: CommitRequest, attempt_id: str
+) -> BatchOutcome | None:
+    """After a lost connection: the marker says who committed; None means nobody did."""
+    log.warning(
+        "commit outcome unknown, reading the marker",
+        extra={"event": "batch.commit_unknown", "batch_id": request.batch_id},
+    )
+    outcome = read_outcome(engine, request.job, request.batch_id, "committed")
+    if outcome is None:
+        return None
+    won = outcome.attempt_id == attempt_id
+    return dataclasses.replace(
+        outcome, status="committed" if won else "lost_race", resolved_by_marker=True
+    )
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -225,7 +225,7 @@ class _CopyStream:
         self.cursor.execute(
             "INSERT INTO staged_chunks (attempt_id, kind, task_id, chunk, rows) "
             "VALUES (%s, %s, %s, %s, %s)",
-            (*self.tags[:1], self.kind, self.tags[1], self.chunk, self.chunk_size),
+            (self.tags[0], self.kind, self.tags[1], self.chunk, self.chunk_size),
         )
         self.cursor.connection.commit()
         self.chunk += 1
