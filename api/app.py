@@ -25,11 +25,13 @@ HERE = Path(__file__).parent
 
 
 def create_app(settings: Settings) -> FastAPI:
+    """The app for ``settings.database_url`` (required: the caller picks the database)."""
+    url = db.require_url(settings.database_url)
     metrics = ApiMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = db.create_engine(db.database_url(settings), application_name="outbox-api")
+        engine = db.create_engine(url, application_name="outbox-api")
         app.state.engine = engine
         metrics.watch_queue(engine)
         try:

@@ -28,8 +28,9 @@ import sqlalchemy as sa
 from api.app import create_app
 from dispatcher import db, tokens
 from dispatcher.settings import Settings
-from tests.api.bulk import load, recipient_of
-from tests.support import databases
+from outbox.database import database_url
+from outbox.tools import scratch
+from outbox.tools.bulk import load, recipient_of
 
 TARGET_P99_MS = 20.0
 
@@ -44,7 +45,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _prepare(server_url: str, n_effects: int, attempts: int) -> str:
-    url = databases.create_test_database(server_url, databases.ensure_template(server_url))
+    url = scratch.clone_template(server_url, scratch.ensure_template(server_url))
     engine = db.create_engine(url, pool_size=1)
     try:
         started = time.perf_counter()
@@ -107,7 +108,7 @@ class Kinds:
 def main(argv: list[str]) -> int:
     args = _parse(argv)
     root = Path(__file__).resolve().parents[1]
-    server_url = db.database_url(Settings.from_env(state_dir=root / ".outbox"))
+    server_url = database_url(Settings.from_env(state_dir=root / ".outbox"))
     url = _prepare(server_url, args.effects, args.attempts)
     try:
         engine = db.create_engine(url, pool_size=1)
@@ -152,5 +153,5 @@ def main(argv: list[str]) -> int:
         if args.keep:
             print(f"kept database: {db.redact(url)}")
         else:
-            databases.drop_database(server_url, url)
+            scratch.drop_database(server_url, scratch.database_name(url))
     return 0

@@ -42,6 +42,8 @@ from dispatcher import db
 from dispatcher.endpoints import add_webhook
 from dispatcher.enqueue import enqueue
 from dispatcher.settings import Settings
+from outbox.database import database_url
+from outbox.tools.scratch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD_PAD = "x" * 260  # ~320-byte bodies, like FIELD_NOTES.md's runs
@@ -65,12 +67,6 @@ async def receiver_app(
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_port(port: int, timeout_s: float = 20) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -83,7 +79,7 @@ def _wait_port(port: int, timeout_s: float = 20) -> None:
 
 @contextmanager
 def receiver() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -141,7 +137,7 @@ def wrk_ceiling(wrk: str, url: str, seconds: int, tmp: Path) -> float:
 
 @contextmanager
 def bench_database(settings: Settings) -> Iterator[str]:
-    server = db.database_url(settings)
+    server = database_url(settings)
     name = f"outbox_bench_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(db.libpq_url(db.sqlalchemy_url(server)))
     admin.autocommit = True

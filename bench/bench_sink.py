@@ -42,10 +42,10 @@ def main(argv: list[str]) -> int:
     if not _ensure_jdbc_jar():
         print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
         return 2
-    from dispatcher import db
     from dispatcher.settings import Settings
+    from outbox.database import database_url
 
-    server = db.database_url(Settings.from_env())
+    server = database_url(Settings.from_env())
     url = _fresh_database(server)
     try:
         return _run(url, args)

@@ -1,4 +1,10 @@
-"""Connecting: which database, the engine, and bringing the schema to head."""
+"""Connecting: the engine, and bringing the schema to head.
+
+Which database is the caller's decision: ``Settings.database_url`` must be set
+(the CLI falls back to a private development cluster; nothing here does).
+The migrations have two branches: ``outbox`` (the outbox schema, what a
+deployment needs) and ``billing`` (the example job's table).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +12,25 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 
-from dispatcher.pgcluster import PrivateCluster
-from dispatcher.settings import Settings
+from dispatcher.errors import ConfigurationError
+
+# Alembic targets: the outbox schema, the example's table, or both.
+OUTBOX_HEAD = "outbox@head"
+BILLING_HEAD = "billing@head"
+ALL_HEADS = "heads"
+_OUTBOX_BRANCH = "outbox"
 
 
-def database_url(settings: Settings) -> str:
-    """``DATABASE_URL`` when set; otherwise the private cluster's, started if need be."""
-    if settings.database_url:
-        return settings.database_url
-    return PrivateCluster(settings.state_dir).ensure_running().url
+def require_url(url: str) -> str:
+    if not url:
+        raise ConfigurationError(
+            "no database: set DATABASE_URL (or run through the `outbox` command, which "
+            "starts a private development cluster when it is unset)"
+        )
+    return url
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -48,6 +62,8 @@ def create_engine(
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=pre_ping,
+        # Errors never carry bound parameters: endpoint rows hold secrets.
+        hide_parameters=True,
         connect_args={"application_name": application_name},
     )
 
@@ -67,7 +83,7 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = OUTBOX_HEAD) -> None:
     from alembic import command
 
     command.upgrade(alembic_config(url), revision)
@@ -79,16 +95,32 @@ def downgrade(url: str, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
 
 
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql://x@localhost/x"))
+
+
 def current_revision(engine: Engine) -> str | None:
+    """The outbox schema's revision in the database (None: not migrated)."""
     from alembic.runtime.migration import MigrationContext
 
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        heads = MigrationContext.configure(conn).get_current_heads()
+    script = _script()
+    for head in heads:
+        if _OUTBOX_BRANCH in _branches(script, head):
+            return head
+    return None
 
 
-def head_revision() -> str | None:
-    from alembic.script import ScriptDirectory
+def head_revision() -> str:
+    """The outbox schema's head in the installed code."""
+    return str(_script().get_revision(OUTBOX_HEAD).revision)
 
-    return ScriptDirectory.from_config(
-        alembic_config("postgresql://x@localhost/x")
-    ).get_current_head()
+
+def _branches(script: ScriptDirectory, revision: str) -> set[str]:
+    return {
+        label
+        for rev in script.iterate_revisions(revision, "base")
+        if rev is not None
+        for label in rev.branch_labels
+    }

@@ -309,21 +309,3 @@ staging_attempts = sa.Table(
     sa.Column("batch_id", sa.Text, nullable=False),
     _ts("started_at", nullable=False, default_now=True),
 )
-
-# The example job's results: one invoice per customer per day.
-invoices = sa.Table(
-    "invoices",
-    metadata,
-    sa.Column("invoice_id", sa.Text, primary_key=True),
-    sa.Column("customer_id", sa.Text, nullable=False),
-    sa.Column("invoice_date", sa.Date, nullable=False),
-    sa.Column("currency", sa.Text, nullable=False),
-    sa.Column("amount", sa.Numeric(18, 4), nullable=False),
-    sa.Column("units", sa.BigInteger, nullable=False),
-    sa.Column("event_count", sa.BigInteger, nullable=False),
-    sa.Column("customer_email", sa.Text),
-    sa.Column("job", sa.Text, nullable=False),
-    sa.Column("batch_id", sa.Text, nullable=False),
-    _ts("updated_at", nullable=False, default_now=True),
-    sa.Index(None, "customer_id", "invoice_date"),
-)

@@ -1,22 +1,24 @@
-"""Alembic environment: the schema of ``dispatcher.schema`` is the target."""
+"""Alembic environment: the outbox schema (``dispatcher.schema``) and the example's
+table (``spark_jobs.billing_schema``) are the targets, one branch each."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from dispatcher.schema import metadata
+from dispatcher import schema
+from spark_jobs import billing_schema
 
 config = context.config
 if not config.get_main_option("sqlalchemy.url"):
-    # Run from the `alembic` CLI: same database the application would use.
-    from dispatcher.db import database_url, sqlalchemy_url
-    from dispatcher.settings import Settings
+    # Run from the `alembic` command line: DATABASE_URL names the database.
+    import os
 
-    config.set_main_option(
-        "sqlalchemy.url", sqlalchemy_url(database_url(Settings.from_env())).replace("%", "%%")
-    )
-target_metadata = metadata
+    from dispatcher.db import require_url, sqlalchemy_url
+
+    url = require_url(os.environ.get("DATABASE_URL", ""))
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(url).replace("%", "%%"))
+target_metadata = [schema.metadata, billing_schema.metadata]
 
 
 def run_migrations_offline() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from dispatcher.settings import Settings
+from outbox.database import database_url
 
 
 def register(sub: Any) -> None:
@@ -33,6 +34,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         overrides["api_host"] = args.host
     if args.port is not None:
         overrides["api_port"] = args.port
+    overrides["database_url"] = database_url(settings)
     settings = dataclasses.replace(settings, **overrides)
     app = create_app(settings)
     # log_config=None keeps the JSON/text logging that cli.main configured.

@@ -7,8 +7,9 @@ import sys
 from typing import Any
 
 from dispatcher import db
-from dispatcher.pgcluster import PrivateCluster
 from dispatcher.settings import Settings
+from outbox.database import database_url
+from outbox.tools.pgcluster import PrivateCluster
 
 
 def register(sub: Any) -> None:
@@ -64,24 +65,24 @@ def status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def url(args: argparse.Namespace, settings: Settings) -> int:
-    print(db.database_url(settings))
+    print(database_url(settings))
     return 0
 
 
 def upgrade(args: argparse.Namespace, settings: Settings) -> int:
-    db.upgrade(db.database_url(settings), args.revision)
+    db.upgrade(database_url(settings), args.revision)
     print(f"schema at {args.revision}")
     return 0
 
 
 def downgrade(args: argparse.Namespace, settings: Settings) -> int:
-    db.downgrade(db.database_url(settings), args.revision)
+    db.downgrade(database_url(settings), args.revision)
     print(f"schema at {args.revision}")
     return 0
 
 
 def current(args: argparse.Namespace, settings: Settings) -> int:
-    engine = db.create_engine(db.database_url(settings), pool_size=1)
+    engine = db.create_engine(database_url(settings), pool_size=1)
     try:
         print(db.current_revision(engine) or "(empty)")
     finally:

@@ -17,6 +17,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.settings import Settings
 from dispatcher.worker import Worker
+from outbox.database import database_url
 
 
 def register(sub: Any) -> None:
@@ -47,7 +48,7 @@ def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
 
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = _with_flags(args, settings)
-    url = db.database_url(settings)
+    url = database_url(settings)
     # No pre-ping: every store call is retried by DbCalls on a lost connection.
     engine = db.create_engine(
         url, pool_size=4, application_name="outbox-dispatcher", pre_ping=False

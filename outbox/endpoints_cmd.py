@@ -20,6 +20,7 @@ from typing import Any
 from dispatcher import db, endpoints, operations
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
+from outbox.database import database_url
 
 
 def register(sub: Any) -> None:
@@ -91,7 +92,7 @@ def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = Non
 
 
 def _engine(settings: Settings) -> Any:
-    return db.create_engine(db.database_url(settings), pool_size=1)
+    return db.create_engine(database_url(settings), pool_size=1)
 
 
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:

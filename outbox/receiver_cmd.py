@@ -68,7 +68,7 @@ def serve_receiver(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run_receiver(args: argparse.Namespace, secret: str, generated: bool) -> int:
-    from dispatcher import receiver
+    from outbox.tools import receiver
 
     receipts = _receipts(args)
     runner, port = await receiver.start(receiver.create_app(secret, receipts), args.host, args.port)
@@ -91,7 +91,7 @@ def serve_mailcatcher(args: argparse.Namespace, settings: Settings) -> int:
 async def _run_mailcatcher(args: argparse.Namespace) -> int:
     import logging
 
-    from dispatcher import mailcatcher, receiver
+    from outbox.tools import mailcatcher, receiver
 
     # aiosmtpd logs every SMTP command at INFO: far too chatty for a catcher.
     logging.getLogger("mail.log").setLevel(logging.WARNING)

@@ -13,6 +13,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
+from outbox.database import database_url
 
 
 def register(sub: Any) -> None:
@@ -72,7 +73,8 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     from spark_jobs import billing_run
     from spark_jobs.session import build_session
 
-    url = db.database_url(settings)
+    url = database_url(settings)
+    db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     if args.mode == "batch" and not args.date:
         raise ConfigurationError("batch mode: pass --date YYYY-MM-DD (one or more)")
     if args.mode == "stream" and args.checkpoint is None:

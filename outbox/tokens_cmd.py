@@ -9,6 +9,7 @@ from typing import Any
 from dispatcher import db, tokens
 from dispatcher.schema import ROLES
 from dispatcher.settings import Settings
+from outbox.database import database_url
 
 
 def register(sub: Any) -> None:
@@ -28,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def _engine(settings: Settings) -> Any:
-    return db.create_engine(db.database_url(settings), pool_size=1)
+    return db.create_engine(database_url(settings), pool_size=1)
 
 
 def create(args: argparse.Namespace, settings: Settings) -> int:

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatcher import db
-from dispatcher.pgcluster import PrivateCluster
 from dispatcher.settings import Settings
-from tests.support import databases
+from outbox.tools import scratch
+from outbox.tools.pgcluster import PrivateCluster
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -31,7 +31,7 @@ def server_url() -> Iterator[str]:
     A private cluster that this test session had to start is stopped at the end;
     one that was already running (a developer's) is left running.
     """
-    settings = Settings.from_env(state_dir=Path(databases.ROOT / ".outbox"))
+    settings = Settings.from_env(state_dir=Path(scratch.ROOT / ".outbox"))
     if settings.database_url:
         yield settings.database_url
         return
@@ -44,15 +44,15 @@ def server_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def template_name(server_url: str) -> str:
-    return databases.ensure_template(server_url)
+    return scratch.ensure_template(server_url)
 
 
 @pytest.fixture
 def db_url(server_url: str, template_name: str) -> Iterator[str]:
     """A fresh database at migration head, dropped after the test."""
-    url = databases.create_test_database(server_url, template_name)
+    url = scratch.clone_template(server_url, template_name)
     yield url
-    databases.drop_database(server_url, url)
+    scratch.drop_database(server_url, scratch.database_name(url))
 
 
 @pytest.fixture

@@ -11,14 +11,15 @@ from alembic.script import ScriptDirectory
 
 from dispatcher import db
 from dispatcher.schema import metadata
-from tests.support import databases
+from spark_jobs import billing_schema
+from outbox.tools import scratch
 
 
 @pytest.fixture
 def empty_db_url(server_url: str) -> Iterator[str]:
-    url = databases.create_empty_database(server_url)
+    url = scratch.create_empty_database(server_url)
     yield url
-    databases.drop_database(server_url, url)
+    scratch.drop_database(server_url, scratch.database_name(url))
 
 
 def _tables(url: str) -> set[str]:
@@ -29,18 +30,33 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
-def test_there_is_a_single_head() -> None:
+def test_each_branch_has_a_single_head() -> None:
     script = ScriptDirectory.from_config(db.alembic_config("postgresql://x@h/x"))
-    assert len(script.get_heads()) == 1
+    heads = script.get_heads()
+    labels = sorted(label for head in heads for label in script.get_revision(head).branch_labels)
+    assert len(heads) == 2 and labels == ["billing", "outbox"]
 
 
 def test_upgrade_from_empty_to_head_and_back_down(empty_db_url: str) -> None:
-    db.upgrade(empty_db_url)
-    assert set(metadata.tables) <= _tables(empty_db_url)
+    db.upgrade(empty_db_url, db.ALL_HEADS)
+    assert set(metadata.tables) | set(billing_schema.metadata.tables) <= _tables(empty_db_url)
     db.downgrade(empty_db_url, "base")
     assert _tables(empty_db_url) <= {"alembic_version"}
-    db.upgrade(empty_db_url)  # and up again: downgrade left nothing behind
-    assert set(metadata.tables) <= _tables(empty_db_url)
+    db.upgrade(empty_db_url, db.ALL_HEADS)  # and up again: downgrade left nothing behind
+    assert set(metadata.tables) | set(billing_schema.metadata.tables) <= _tables(empty_db_url)
+
+
+def test_a_deployment_gets_the_outbox_schema_without_the_example_table(
+    empty_db_url: str,
+) -> None:
+    db.upgrade(empty_db_url)
+    tables = _tables(empty_db_url)
+    assert set(metadata.tables) <= tables and "invoices" not in tables
+    engine = db.create_engine(empty_db_url, pool_size=1)
+    try:
+        assert db.current_revision(engine) == db.head_revision()
+    finally:
+        engine.dispose()
 
 
 def test_migrations_and_tables_do_not_drift(db_url: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from dispatcher.pgcluster import PrivateCluster
+from outbox.tools.pgcluster import PrivateCluster
 
 
 @pytest.fixture(scope="module")

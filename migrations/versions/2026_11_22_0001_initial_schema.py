@@ -2,6 +2,10 @@
 
 Written from dispatcher/schema.py by autogenerate, then edited by hand: the
 append-only trigger on operator_actions is not something autogenerate sees.
+The head of the ``outbox`` branch is the outbox schema; the example job's
+``invoices`` table is not part of it (its own ``billing`` branch, b001). Before
+any release this revision also created ``invoices``: it was taken out here, not
+dropped by a later revision, since no deployment exists to migrate.
 
 Revision ID: 0001
 Revises:
@@ -16,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 
 revision = "0001"
 down_revision = None
-branch_labels = None
+branch_labels = ("outbox",)
 depends_on = None
 
 APPEND_ONLY_FUNCTION = """
@@ -206,32 +210,6 @@ def upgrade() -> None:
         sa.UniqueConstraint("name", name=op.f("uq_endpoints_name")),
     )
     op.create_table(
-        "invoices",
-        sa.Column("invoice_id", sa.Text(), nullable=False),
-        sa.Column("customer_id", sa.Text(), nullable=False),
-        sa.Column("invoice_date", sa.Date(), nullable=False),
-        sa.Column("currency", sa.Text(), nullable=False),
-        sa.Column("amount", sa.Numeric(precision=18, scale=4), nullable=False),
-        sa.Column("units", sa.BigInteger(), nullable=False),
-        sa.Column("event_count", sa.BigInteger(), nullable=False),
-        sa.Column("customer_email", sa.Text(), nullable=True),
-        sa.Column("job", sa.Text(), nullable=False),
-        sa.Column("batch_id", sa.Text(), nullable=False),
-        sa.Column(
-            "updated_at",
-            sa.DateTime(timezone=True),
-            server_default=sa.text("now()"),
-            nullable=False,
-        ),
-        sa.PrimaryKeyConstraint("invoice_id", name=op.f("pk_invoices")),
-    )
-    op.create_index(
-        op.f("ix_invoices_customer_id_invoice_date"),
-        "invoices",
-        ["customer_id", "invoice_date"],
-        unique=False,
-    )
-    op.create_table(
         "key_ledger",
         sa.Column("idempotency_key", sa.Text(), nullable=False),
         sa.Column("endpoint", sa.Text(), nullable=False),
@@ -395,8 +373,6 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_operator_actions_at"), table_name="operator_actions")
     op.drop_table("operator_actions")
     op.drop_table("key_ledger")
-    op.drop_index(op.f("ix_invoices_customer_id_invoice_date"), table_name="invoices")
-    op.drop_table("invoices")
     op.drop_table("endpoints")
     op.drop_index(op.f("ix_effects_state_created_at_id"), table_name="effects")
     op.drop_index(

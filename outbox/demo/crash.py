@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import admin, db, tally
-from outbox.demo import receivers
+from dispatcher import db
+from outbox.demo import receivers, tally
 from outbox.demo.procs import Child, DemoFailed, tail
 from outbox.demo.progress import say
+from outbox.tools import scratch
 
 if TYPE_CHECKING:
     from outbox.demo.database import DemoDatabase
@@ -121,10 +122,10 @@ def compare_with_clean_run(
     events: list[str],
 ) -> dict[str, Any]:
     """Run the same job on the same input into a fresh database; compare."""
-    clean_name = admin.database_name(demo_db.url) + "_clean"
-    clean_url = admin.recreate_database(demo_db.server_url, clean_name)
+    clean_name = scratch.database_name(demo_db.url) + "_clean"
+    clean_url = scratch.recreate_database(demo_db.server_url, clean_name)
     try:
-        db.upgrade(clean_url)
+        db.upgrade(clean_url, db.ALL_HEADS)
         from outbox.demo.database import register_endpoints
 
         register_endpoints(clean_url, recv, fail_rate=0)  # same names; nothing is sent
@@ -137,7 +138,7 @@ def compare_with_clean_run(
         finally:
             clean_engine.dispose()
     finally:
-        admin.drop_database(demo_db.server_url, clean_name)
+        scratch.drop_database(demo_db.server_url, clean_name)
     with engine.connect() as conn:
         crashed = tally.invoice_digest(conn)
     received = receivers.unique_keys(recv.webhook_url)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from dispatcher import admin, db, endpoints, tally
+from dispatcher import db, endpoints
 from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
 from dispatcher.settings import Settings
+from outbox.database import database_url
+from outbox.demo import tally
 from outbox.demo.procs import DemoFailed
 from outbox.demo.receivers import Receivers
+from outbox.tools import scratch
 
 DEMO_DATABASE = "outbox_demo"
 # Short, so retried deliveries finish within the demo (production: minutes to hours).
@@ -33,7 +36,7 @@ class DemoDatabase:
 def prepare(settings: Settings) -> DemoDatabase:
     if settings.database_url:
         url = settings.database_url
-        db.upgrade(url)
+        db.upgrade(url, db.ALL_HEADS)
         engine = db.create_engine(url, pool_size=1)
         try:
             with engine.connect() as conn:
@@ -46,9 +49,9 @@ def prepare(settings: Settings) -> DemoDatabase:
         finally:
             engine.dispose()
         return DemoDatabase(url=url, server_url=url, fresh=False)
-    server_url = db.database_url(settings)  # starts the private cluster when needed
-    url = admin.recreate_database(server_url, DEMO_DATABASE)
-    db.upgrade(url)
+    server_url = database_url(settings)  # starts the private cluster when needed
+    url = scratch.recreate_database(server_url, DEMO_DATABASE)
+    db.upgrade(url, db.ALL_HEADS)
     return DemoDatabase(url=url, server_url=server_url, fresh=True)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import tally
+from outbox.demo import tally
 from outbox.demo.procs import Child, DemoFailed, tail
 from outbox.demo.progress import bar, say
 

@@ -11,8 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import tally
-from outbox.demo import receivers
+from outbox.demo import receivers, tally
 
 WEBHOOK = "billing-webhook"
 EMAIL = "billing-email"

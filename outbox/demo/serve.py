@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 from dispatcher import db, tokens
 from outbox.demo import receivers
 from outbox.demo.procs import Child, DemoFailed, tail, wait_until
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from outbox.tools.scratch import free_port
 
 
 def start_api(env: Mapping[str, str], log_dir: Path) -> tuple[Child, str]:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import tally
-from outbox.demo import crash
+from outbox.demo import crash, tally
 from outbox.demo.procs import Child, DemoFailed, run_step, tail
 from outbox.demo.progress import Stopwatch, say, watch
 

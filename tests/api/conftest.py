@@ -6,7 +6,6 @@ import dataclasses
 import datetime as dt
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from sqlalchemy.engine import Engine
 from api.app import create_app
 from dispatcher import tokens
 from dispatcher.settings import Settings
+from outbox.tools.scratch import free_port
 from tests.conftest import insert_billing_endpoints
 
 
@@ -85,16 +85,9 @@ class Served:
         return self.proc.returncode
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def served(api_settings: Settings, endpoints: None, tmp_path: Path) -> Iterator[Served]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": api_settings.database_url,

@@ -14,8 +14,8 @@ from sqlalchemy.engine import Connection
 from dispatcher import audit, db, health
 from dispatcher.filters import build_filter
 from dispatcher.sqlfile import queries_beside
-from tests.api.bulk import load, recipient_of
-from tests.support import databases
+from outbox.tools import scratch
+from outbox.tools.bulk import load, recipient_of
 
 AUDIT = queries_beside(audit.__file__, "audit.sql")
 HEALTH = queries_beside(health.__file__, "health.sql")
@@ -25,7 +25,7 @@ N = 10_000
 @pytest.fixture(scope="module")
 def loaded(server_url: str, template_name: str) -> Iterator[Connection]:
     """One loaded, analysed database for the module (loading takes seconds; tests only read)."""
-    url = databases.create_test_database(server_url, template_name)
+    url = scratch.clone_template(server_url, template_name)
     engine = db.create_engine(url, pool_size=1)
     try:
         with engine.begin() as conn:
@@ -35,7 +35,7 @@ def loaded(server_url: str, template_name: str) -> Iterator[Connection]:
             yield conn
     finally:
         engine.dispose()
-        databases.drop_database(server_url, url)
+        scratch.drop_database(server_url, scratch.database_name(url))
 
 
 def _plan(conn: Connection, query: sa.TextClause, params: dict[str, Any]) -> dict[str, Any]:

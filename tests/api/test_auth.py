@@ -13,8 +13,8 @@ from api.app import create_app
 from dispatcher import tokens
 from dispatcher.errors import Conflict, InvalidEffect
 from dispatcher.settings import Settings
+from outbox.tools import scratch
 from tests.api.conftest import Tokens
-from tests.support import databases
 
 
 def test_health_endpoints_are_open(client: TestClient) -> None:
@@ -25,9 +25,9 @@ def test_health_endpoints_are_open(client: TestClient) -> None:
 
 @pytest.fixture
 def unmigrated_url(server_url: str) -> Iterator[str]:
-    url = databases.create_empty_database(server_url)
+    url = scratch.create_empty_database(server_url)
     yield url
-    databases.drop_database(server_url, url)
+    scratch.drop_database(server_url, scratch.database_name(url))
 
 
 def test_readyz_is_503_until_the_schema_is_at_head(

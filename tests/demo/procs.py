@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support.databases import ROOT
+from outbox.tools.scratch import ROOT
 
 
 @contextmanager

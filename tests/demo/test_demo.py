@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from tests.support.databases import ROOT
+from outbox.tools.scratch import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory, server_url: str, template_name: str) -> Any:
-    from tests.support import databases
+    from outbox.tools import scratch
 
-    url = databases.create_test_database(server_url, template_name)
+    url = scratch.clone_template(server_url, template_name)
     tmp = tmp_path_factory.mktemp("demo")
     report_path = tmp / "report.json"
     try:
@@ -41,7 +41,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory, server_url: str, template_nam
             timeout=540,  # ~1 min on a quiet machine; Spark slows down a lot under load
         )  # fmt: skip
     finally:
-        databases.drop_database(server_url, url)
+        scratch.drop_database(server_url, scratch.database_name(url))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(report_path.read_text()), result.stdout, report_path
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email
 import email.policy
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from dispatcher.endpoints import add_email
 from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
 from dispatcher.settings import Settings
+from outbox.tools.scratch import free_port
 from tests.dispatcher.conftest import run_worker
 
 
@@ -43,9 +43,7 @@ class Inbox:
 @pytest.fixture
 def smtp() -> Iterator[tuple[Inbox, int]]:
     inbox = Inbox()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     controller = Controller(inbox, hostname="127.0.0.1", port=port)
     controller.start()
     try:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from dispatcher import db
 from dispatcher.endpoints import add_webhook
-from dispatcher.pgcluster import PrivateCluster
+from outbox.tools.pgcluster import PrivateCluster
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import signal
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatcher.endpoints import add_webhook
+from outbox.tools.scratch import free_port
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
 
@@ -29,12 +29,6 @@ def _hook(engine: Engine, url: str, **kw: object) -> str:
     with engine.begin() as conn:
         _, secret = add_webhook(conn, name="hook", url=url, **kw)  # type: ignore[arg-type]
     return secret
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _attempts(engine: Engine) -> list[dict[str, object]]:
@@ -130,7 +124,7 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
     _hook(engine, receiver.url(), rate_limit_per_s=0.2)
     procs.enqueue_many(engine, 4)
     env = procs.worker_env(db_url)
-    port = _free_port()
+    port = free_port()
     worker = procs.start(
         env | {"OUTBOX_WORKER_ID": "w"},
         *("--concurrency", "4", "--json", "--metrics-port", str(port)),

@@ -21,10 +21,10 @@ def spark() -> Iterator[Any]:
 def second_db(server_url: str, template_name: str) -> Iterator[tuple[str, Any]]:
     """Another fresh database, for comparing two runs side by side."""
     from dispatcher import db
-    from tests.support import databases
+    from outbox.tools import scratch
 
-    url = databases.create_test_database(server_url, template_name)
+    url = scratch.clone_template(server_url, template_name)
     engine = db.create_engine(url)
     yield url, engine
     engine.dispose()
-    databases.drop_database(server_url, url)
+    scratch.drop_database(server_url, scratch.database_name(url))

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from tests.support.databases import ROOT
+from outbox.tools.scratch import ROOT
 
 
 def billing_command(db_url: str, *args: str) -> list[str]:

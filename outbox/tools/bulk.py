@@ -1,4 +1,4 @@
-"""Load many effects and attempts fast (SQL generate_series): for EXPLAIN tests and the bench.
+"""Load many effects and attempts fast (SQL generate_series): for EXPLAIN tests and the benches.
 
 Shaped like production: effects arrive in Spark batches that share one
 created_at; each recipient has a few effects across batches; most effects are

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dispatcher.errors import DatabaseUnavailable
+from outbox.tools.scratch import free_port
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +138,6 @@ def _server_user_can_reach(path: Path) -> bool:
         if not mode_ok:
             return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -268,7 +263,7 @@ class PrivateCluster:
             )
         finally:
             pwpath.unlink(missing_ok=True)
-        info = ClusterInfo(self.data_dir, _free_port(), password, bin_dir)
+        info = ClusterInfo(self.data_dir, free_port(), password, bin_dir)
         self._save(info)
         log.info(
             "initialised private PostgreSQL",
@@ -292,7 +287,7 @@ class PrivateCluster:
             log.warning("removing stale postmaster.pid", extra={"event": "db.stale_pid"})
             pid_file.unlink()
         if not _port_free(info.port):
-            info = dataclasses.replace(info, port=_free_port())
+            info = dataclasses.replace(info, port=free_port())
             self._save(info)
         if not self.log_file.exists():
             self.log_file.touch()

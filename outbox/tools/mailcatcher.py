@@ -23,7 +23,7 @@ from aiohttp import web
 from aiosmtpd.smtp import SMTP
 
 from dispatcher.receipts import ReceiptLog
-from dispatcher.receiver import bind
+from outbox.tools.receiver import bind
 
 log = logging.getLogger(__name__)
 

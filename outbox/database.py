@@ -1,0 +1,18 @@
+"""Which database a command uses: ``DATABASE_URL``, else the private development cluster.
+
+The fallback is the command line's decision (the library needs a URL): with
+``DATABASE_URL`` unset, the demo, the tests and a first try on a laptop get a
+PostgreSQL started from the machine's binaries under ``--state-dir``.
+"""
+
+from __future__ import annotations
+
+from dispatcher.settings import Settings
+from outbox.tools.pgcluster import PrivateCluster
+
+
+def database_url(settings: Settings) -> str:
+    """``DATABASE_URL`` when set; otherwise the private cluster's, started if need be."""
+    if settings.database_url:
+        return settings.database_url
+    return PrivateCluster(settings.state_dir).ensure_running().url
