@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Connection, Engine
 
-from dispatcher import tokens
+from dispatcher import db, tokens
 from dispatcher.settings import Settings
 
 
@@ -29,7 +29,8 @@ async def get_settings(request: Request) -> Settings:
 
 
 def get_conn(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Connection]:
-    with engine.begin() as conn:
+    """The request's unit of work; a lost database becomes ``DatabaseUnavailable`` (503)."""
+    with db.translated(), engine.begin() as conn:
         yield conn
 
 

@@ -13,18 +13,16 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.exc import OperationalError
 
 from api.routes.ui import error_page
 from dispatcher.errors import (
     ConfigurationError,
     Conflict,
     DatabaseUnavailable,
-    InvalidEffect,
+    InvalidInput,
     NotFound,
     OutboxError,
 )
-from dispatcher.filters import InvalidFilter
 from dispatcher.tokens import AuthenticationFailed, PermissionDenied
 
 log = logging.getLogger(__name__)
@@ -34,8 +32,7 @@ STATUS_OF: dict[type[OutboxError], int] = {
     PermissionDenied: 403,
     NotFound: 404,
     Conflict: 409,
-    InvalidEffect: 422,
-    InvalidFilter: 422,
+    InvalidInput: 422,
     ConfigurationError: 500,
     DatabaseUnavailable: 503,
 }
@@ -50,7 +47,7 @@ def status_for(exc: OutboxError) -> int:
 
 def _json(exc: OutboxError, request: Request) -> JSONResponse:
     status = status_for(exc)
-    if status == 422 and isinstance(exc, InvalidEffect | InvalidFilter):
+    if status == 422 and isinstance(exc, InvalidInput):
         where = "query" if request.method == "GET" else "body"
         item = {
             "loc": [where, exc.field],
@@ -59,6 +56,10 @@ def _json(exc: OutboxError, request: Request) -> JSONResponse:
         }
         return JSONResponse({"detail": [item]}, status_code=422)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, DatabaseUnavailable):
+        # The cause (host, port, driver text) is for the log, not for clients.
+        log.error("database unavailable", extra={"event": "api.database_unavailable"})
+        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
@@ -70,8 +71,3 @@ def install(app: FastAPI) -> None:
         if request.url.path.startswith("/ui"):
             return error_page(request, exc, status_for(exc))
         return _json(exc, request)
-
-    @app.exception_handler(OperationalError)
-    async def database_down(request: Request, exc: OperationalError) -> Response:
-        log.error("database unavailable", extra={"event": "api.database_unavailable"})
-        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
 from dispatcher import health
+from dispatcher.metrics import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
 
 
 class QueueCollector(Collector):
@@ -34,10 +35,12 @@ class QueueCollector(Collector):
         for state, n in sorted(gauges.counts.items()):
             depth.add_metric([state], n)
         yield depth
+        # The same two figures, names and query as every dispatcher exports.
+        yield GaugeMetricFamily("outbox_queue_depth", QUEUE_DEPTH_HELP, value=gauges.queue.depth)
         yield GaugeMetricFamily(
-            "outbox_oldest_pending_age_seconds",
-            "Age of the oldest pending effect (0 when none is pending)",
-            value=gauges.oldest_pending_age_s or 0.0,
+            "outbox_oldest_due_age_seconds",
+            OLDEST_DUE_AGE_HELP,
+            value=gauges.queue.oldest_due_age_s,
         )
         yield GaugeMetricFamily(
             "outbox_live_workers",

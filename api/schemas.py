@@ -28,7 +28,7 @@ class EffectPublic(Public):
     endpoint: str
     recipient: str | None
     state: str
-    attempts: int
+    attempt_count: int
     next_attempt_at: dt.datetime
     created_at: dt.datetime
     updated_at: dt.datetime
@@ -59,7 +59,7 @@ class AttemptPublic(Public):
 class BatchPublic(Public):
     job: str
     batch_id: str
-    attempt_id: uuid.UUID
+    run_id: uuid.UUID
     spark_app_id: str | None
     committed_at: dt.datetime
     result_rows: int
@@ -133,9 +133,14 @@ class LastBatchPublic(Public):
     rejects: int
 
 
+class QueuePublic(Public):
+    depth: int = Field(description="effects due now (claimable, next attempt not in the future)")
+    oldest_due_age_s: float = Field(description="how long the oldest due effect has waited")
+
+
 class StatusPublic(Public):
     counts: StateCounts
-    oldest_pending_age_s: float | None
+    queue: QueuePublic
     delivered_last_5m: int
     delivered_last_1h: int
     live_workers: list[WorkerPublic]

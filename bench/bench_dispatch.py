@@ -1,6 +1,6 @@
 """Dispatcher throughput and latency against a fast local receiver.
 
-    python -m bench dispatch -- [--effects N] [--latency-seconds S] [--rate R]
+    python -m bench dispatch -- [--effects N] [--latency-s S] [--rate R]
 
 Measures, in one run on a fresh database:
 1. the receiver's own ceiling under ``wrk`` (installed with apt-get when root
@@ -38,7 +38,7 @@ import psycopg2
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from dispatcher import db
+from dispatcher import db, wakeup
 from dispatcher.endpoints import add_webhook
 from dispatcher.enqueue import enqueue
 from dispatcher.settings import Settings
@@ -46,7 +46,7 @@ from outbox.database import database_url
 from outbox.tools.scratch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-PAYLOAD_PAD = "x" * 260  # ~320-byte bodies, like FIELD_NOTES.md's runs
+PAYLOAD_PAD = "x" * 260  # ~320-byte bodies
 
 
 async def receiver_app(
@@ -265,7 +265,7 @@ def throughput(engine: Engine, url: str, n: int, count: int, concurrency: int) -
                 ),
                 {"n": n, "pad": PAYLOAD_PAD},
             )
-            conn.execute(sa.text("SELECT pg_notify('outbox_effects', 'bench')"))
+            wakeup.notify(conn, "bench")
         t0 = time.perf_counter()
         while _unfinished(engine):
             time.sleep(0.05)
@@ -292,7 +292,12 @@ def latency(engine: Engine, url: str, rate: float, seconds: float) -> tuple[floa
                 time.sleep(pause)
             key = f"{i:064x}"
             with engine.begin() as conn:
-                enqueue(conn, key=key, endpoint="bench", payload={"n": i, "pad": PAYLOAD_PAD})
+                enqueue(
+                    conn,
+                    idempotency_key=key,
+                    endpoint="bench",
+                    payload={"n": i, "pad": PAYLOAD_PAD},
+                )
             committed[key] = time.time()
             i += 1
         achieved = i / (time.perf_counter() - start)
@@ -315,10 +320,10 @@ def latency(engine: Engine, url: str, rate: float, seconds: float) -> tuple[floa
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench dispatch")
     parser.add_argument("--effects", type=int, default=30000)
-    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--latency-s", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--wrk-seconds", type=int, default=10)
+    parser.add_argument("--wrk-s", type=int, default=10)
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     rows: list[tuple[str, str, str]] = []
@@ -332,7 +337,7 @@ def main(argv: list[str]) -> int:
             if wrk:
                 tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-{uuid.uuid4().hex[:8]}"  # noqa: S108
                 tmp.mkdir()
-                ceiling_rps = wrk_ceiling(wrk, hook_url, args.wrk_seconds, tmp)
+                ceiling_rps = wrk_ceiling(wrk, hook_url, args.wrk_s, tmp)
                 shutil.rmtree(tmp, ignore_errors=True)
                 rows.append(("receiver alone under wrk -c64", f"{ceiling_rps:,.0f} req/s", "1.00"))
             else:
@@ -352,7 +357,7 @@ def main(argv: list[str]) -> int:
                 plural = "s" if count > 1 else ""
                 label = f"dispatch, {count} worker{plural} x {args.concurrency} in flight"
                 rows.append((label, f"{rps:,.0f} deliveries/s ({rps / bare:.0%} of bare)", ratio))
-            p50, p99, achieved = latency(engine, url, args.rate, args.latency_seconds)
+            p50, p99, achieved = latency(engine, url, args.rate, args.latency_s)
             rows.append(
                 (
                     f"commit-to-first-attempt, asked {args.rate:.0f}/s, got {achieved:.0f}/s",

@@ -215,9 +215,7 @@ def _register_endpoint(url: str) -> None:
 
 def _truncate(url: str) -> None:
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
-        cur.execute(
-            "TRUNCATE effects, batches, staged_effects, staged_results, staging_attempts CASCADE"
-        )
+        cur.execute("TRUNCATE effects, batches, staged_effects, staged_results, batch_runs CASCADE")
         cur.execute("CHECKPOINT")
 
 

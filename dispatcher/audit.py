@@ -48,7 +48,7 @@ class EffectSummary:
     endpoint: str
     recipient: str | None
     state: str
-    attempts: int
+    attempt_count: int
     next_attempt_at: dt.datetime
     created_at: dt.datetime
     updated_at: dt.datetime
@@ -82,7 +82,7 @@ class Attempt:
 class BatchMarker:
     job: str
     batch_id: str
-    attempt_id: Any
+    run_id: Any
     spark_app_id: str | None
     committed_at: dt.datetime
     result_rows: int

@@ -1,6 +1,6 @@
 -- name: effect_by_key
 -- One effect by its key (uq_effects_idempotency_key).
-SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempts,
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
        next_attempt_at, created_at, updated_at, delivered_at, last_error,
        payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
 FROM effects
@@ -25,7 +25,7 @@ SELECT idempotency_key, endpoint, delivered_at FROM key_ledger WHERE idempotency
 -- "IS NULL OR" branches away and picks the index of the filters given
 -- (ix_effects_{recipient,job_batch_id,endpoint,state}_created_at_id). LIMIT NULL
 -- (the CSV export) means no limit.
-SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempts,
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
        next_attempt_at, created_at, updated_at, delivered_at, last_error
 FROM effects
 WHERE created_at >= :since AND created_at < :until
@@ -41,14 +41,14 @@ LIMIT :limit;
 
 -- name: batch_marker
 -- The commit marker of one batch (uq_batches_job_batch_id).
-SELECT job, batch_id, attempt_id, spark_app_id, committed_at, result_rows, effects_total,
+SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
        effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
 FROM batches
 WHERE job = :job AND batch_id = :batch_id;
 
 -- name: batches_of_job
 -- A job's batches, newest first (ix_batches_job_committed_at).
-SELECT job, batch_id, attempt_id, spark_app_id, committed_at, result_rows, effects_total,
+SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
        effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
 FROM batches
 WHERE job = :job

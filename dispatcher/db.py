@@ -8,14 +8,17 @@ deployment needs) and ``billing`` (the example job's table).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg2
 import sqlalchemy as sa
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 
-from dispatcher.errors import ConfigurationError
+from dispatcher.errors import ConfigurationError, DatabaseUnavailable
 
 # Alembic targets: the outbox schema, the example's table, or both.
 OUTBOX_HEAD = "outbox@head"
@@ -66,6 +69,39 @@ def create_engine(
         hide_parameters=True,
         connect_args={"application_name": application_name},
     )
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True when ``exc`` means "the database is (briefly) unreachable", not "the SQL
+    is wrong": a refused or dropped connection, a server shutting down or starting
+    up, a connection the pool invalidated. The one definition for the dispatcher,
+    the sink and the API."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        exc = exc.orig if exc.orig is not None else exc
+        if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+            return True
+    return isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Driver errors that mean "unreachable" leave as ``DatabaseUnavailable``.
+
+    The one place the driver's errors become the project's own; any other
+    driver error (a bug, a constraint) passes through unchanged.
+    """
+    try:
+        yield
+    except (sa.exc.DBAPIError, psycopg2.Error) as exc:
+        if not connection_lost(exc):
+            raise
+        cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        raise DatabaseUnavailable(
+            f"the database is unavailable ({type(cause).__name__}: {first_line})"
+        ) from exc
 
 
 def redact(url: str) -> str:

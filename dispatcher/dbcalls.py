@@ -2,9 +2,10 @@
 
 tenacity guards every call: a restarted PostgreSQL (connection refused, "the
 database system is starting up", a connection killed mid-statement) must not
-kill the worker. A dead pooled connection fails its call with an
-OperationalError, which invalidates it; the retry checks out a fresh one (so
-the dispatcher's engine needs no pre-ping round trip per call).
+kill the worker. A dead pooled connection fails its call, which invalidates it;
+``db.translated`` turns that into ``DatabaseUnavailable`` and the retry checks
+out a fresh connection (so the dispatcher's engine needs no pre-ping round trip
+per call).
 Every store statement is one transaction, so a retried call is either the
 first to apply or finds its leases already settled (then it records 'stale').
 """
@@ -18,34 +19,29 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import sqlalchemy.exc
 from sqlalchemy.engine import Engine
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
-    retry_if_exception,
+    retry_if_exception_type,
     stop_after_delay,
     stop_never,
     wait_exponential,
     wait_random,
 )
 
+from dispatcher import db
+from dispatcher.errors import DatabaseUnavailable
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def transient(exc: BaseException) -> bool:
-    """Errors that mean "the database is (briefly) unreachable", not "the SQL is wrong"."""
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        return True
-    return isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated
 
 
 def _log_retry(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
     log.warning(
         "database unavailable; retrying",
-        extra={"event": "db.retry", "attempt": state.attempt_number, "error": str(exc)[:200]},
+        extra={"event": "db.retry", "retry": state.attempt_number, "error": str(exc)[:200]},
     )
 
 
@@ -64,20 +60,29 @@ class DbCalls:
         """``fn(engine, *args)`` in a thread; None when ``until`` is set while retrying."""
         loop = asyncio.get_running_loop()
         retrying = AsyncRetrying(
-            retry=retry_if_exception(transient),
+            retry=retry_if_exception_type(DatabaseUnavailable),
             wait=wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1),
             stop=stop_never if give_up_after_s is None else stop_after_delay(give_up_after_s),
             before_sleep=_log_retry,
             reraise=True,
         )
-        async for attempt in retrying:
-            with attempt:
-                if until is not None and until.is_set() and attempt.retry_state.attempt_number > 1:
+        async for retry_call in retrying:
+            with retry_call:
+                if (
+                    until is not None
+                    and until.is_set()
+                    and retry_call.retry_state.attempt_number > 1
+                ):
                     return None
                 return await loop.run_in_executor(
-                    self._executor, functools.partial(fn, self._engine, *args)
+                    self._executor, functools.partial(_translated, fn, self._engine, *args)
                 )
         return None  # pragma: no cover - AsyncRetrying either returns or raises
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _translated(fn: Callable[..., T], engine: Engine, *args: Any) -> T:
+    with db.translated():
+        return fn(engine, *args)

@@ -91,7 +91,7 @@ class Delivery:
             if not await self._limits.take(endpoint.name, endpoint.rate_limit_per_s, self._hold):
                 return store.Release(effect.id, effect.lease_token)
             left_s = effect.lease_deadline - time.monotonic()
-            if left_s < self._settings.lease_seconds / 2:
+            if left_s < self._settings.lease_s / 2:
                 # Waited too long for its turn: sending now could outlive the lease
                 # and race a worker that re-claimed it. Hand it back instead.
                 return store.Release(effect.id, effect.lease_token)
@@ -142,7 +142,7 @@ class Delivery:
             error_class=sent.error_class,
             response_excerpt=sent.response_excerpt,
             endpoint=effect.endpoint,
-            key=effect.key,
+            idempotency_key=effect.idempotency_key,
         )
 
 

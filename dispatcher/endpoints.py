@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection, RowMapping
 
-from dispatcher.errors import Conflict, InvalidEffect, NotFound
+from dispatcher import wakeup
+from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "endpoints.sql")
@@ -32,8 +33,8 @@ def generate_signing_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
-def signing_key(secret: str) -> bytes:
-    """The HMAC key a ``whsec_`` secret stands for."""
+def secret_bytes(secret: str) -> bytes:
+    """The HMAC secret a ``whsec_`` string stands for."""
     return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
 
 
@@ -79,13 +80,13 @@ class Endpoint:
 def _check_webhook_url(url: str | None) -> str:
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidEffect(
+        raise InvalidRequest(
             "url",
             f"{url!r} is not an http(s) URL with a host",
             "give a full URL, e.g. https://example.com/hooks/billing",
         )
     if parts.username or parts.password:
-        raise InvalidEffect("url", "carries credentials", "remove user:password from the URL")
+        raise InvalidRequest("url", "carries credentials", "remove user:password from the URL")
     return url  # type: ignore[return-value]
 
 
@@ -101,8 +102,8 @@ def add_webhook(
 ) -> tuple[Endpoint, str]:
     """Register a webhook endpoint; returns it and its signing secret (shown once)."""
     secret = signing_secret or generate_signing_secret()
-    if not secret.startswith(SECRET_PREFIX) or len(signing_key(secret)) < 24:
-        raise InvalidEffect(
+    if not secret.startswith(SECRET_PREFIX) or len(secret_bytes(secret)) < 24:
+        raise InvalidRequest(
             "signing_secret",
             "must be 'whsec_' + base64 of at least 24 bytes",
             "omit it to have one generated",
@@ -134,11 +135,11 @@ def add_email(
     rate_limit_per_s: float | None = None,
 ) -> Endpoint:
     if smtp_tls not in ("none", "starttls", "tls"):
-        raise InvalidEffect(
+        raise InvalidRequest(
             "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
         )
     if "@" not in mail_from:
-        raise InvalidEffect(
+        raise InvalidRequest(
             "mail_from",
             f"{mail_from!r} is not an address",
             "give an address like billing@example.com",
@@ -161,9 +162,9 @@ def add_email(
 
 def _insert(conn: Connection, **values: Any) -> Endpoint:
     if not values["name"] or not values["name"].strip():
-        raise InvalidEffect("name", "is empty", "name the endpoint, e.g. billing-webhook")
+        raise InvalidRequest("name", "is empty", "name the endpoint, e.g. billing-webhook")
     if values["timeout_s"] <= 0:
-        raise InvalidEffect("timeout_s", "must be positive", "give seconds, e.g. 10")
+        raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
     row = {
         "url": None,
         "signing_secret": None,
@@ -200,4 +201,4 @@ def pause(conn: Connection, name: str, reason: str) -> None:
 def resume(conn: Connection, name: str) -> None:
     if conn.execute(_Q["resume_endpoint"], {"name": name}).first() is None:
         raise NotFound(f"no endpoint named {name!r}")
-    conn.execute(_Q["notify_resumed"])
+    wakeup.notify(conn, "resumed")

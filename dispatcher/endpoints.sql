@@ -27,6 +27,3 @@ RETURNING id;
 UPDATE endpoints SET enabled = true, paused_reason = NULL, paused_at = NULL, updated_at = now()
 WHERE name = :name
 RETURNING id;
-
--- name: notify_resumed
-SELECT pg_notify('outbox_effects', 'resumed');

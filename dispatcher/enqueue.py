@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from dispatcher import wakeup
 from dispatcher.errors import UnknownEndpoint
 from dispatcher.sqlfile import queries_beside
 from dispatcher.validation import (
@@ -31,7 +32,7 @@ _Q = queries_beside(__file__, "enqueue.sql")
 
 @dataclasses.dataclass(frozen=True)
 class Enqueued:
-    key: str
+    idempotency_key: str
     new: bool
     # True when the key was already known with a different payload: the new
     # payload was NOT stored (the first one wins), and the caller should know.
@@ -41,7 +42,7 @@ class Enqueued:
 def enqueue(
     conn: Connection,
     *,
-    key: str,
+    idempotency_key: str,
     endpoint: str,
     payload: Mapping[str, Any] | str,
     recipient: str | None = None,
@@ -53,7 +54,7 @@ def enqueue(
     Raises ``InvalidEffect`` (naming the field and the fix) before writing
     anything when the input breaks the contract.
     """
-    key = check_key(key)
+    idempotency_key = check_key(idempotency_key)
     endpoint = check_endpoint_name(endpoint)
     data = payload_bytes(payload)
     recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
@@ -65,7 +66,7 @@ def enqueue(
     inserted = conn.execute(
         _Q["insert_effect"],
         {
-            "key": key,
+            "idempotency_key": idempotency_key,
             "endpoint": endpoint,
             "recipient": recipient,
             "payload": data.decode("utf-8"),
@@ -75,7 +76,13 @@ def enqueue(
         },
     ).first()
     if inserted is not None:
-        conn.execute(_Q["notify_enqueued"])
-        return Enqueued(key=key, new=True, payload_mismatch=False)
-    stored = conn.execute(_Q["stored_payload_sha256"], {"key": key}).scalar()
-    return Enqueued(key=key, new=False, payload_mismatch=stored is not None and stored != digest)
+        wakeup.notify(conn, "enqueued")
+        return Enqueued(idempotency_key=idempotency_key, new=True, payload_mismatch=False)
+    stored = conn.execute(
+        _Q["stored_payload_sha256"], {"idempotency_key": idempotency_key}
+    ).scalar()
+    return Enqueued(
+        idempotency_key=idempotency_key,
+        new=False,
+        payload_mismatch=stored is not None and stored != digest,
+    )

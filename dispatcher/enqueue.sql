@@ -7,19 +7,15 @@ SELECT 1 FROM endpoints WHERE name = :endpoint;
 -- returns nothing, so the caller learns whether the effect is new.
 INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256,
                      ordering_key, next_attempt_at)
-SELECT :key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
+SELECT :idempotency_key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
        :ordering_key, COALESCE(:not_before, now())
-WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :key)
+WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
 -- name: stored_payload_sha256
 -- For an existing key: the stored payload's hash (from the ledger if purged).
-SELECT payload_sha256 FROM effects WHERE idempotency_key = :key
+SELECT payload_sha256 FROM effects WHERE idempotency_key = :idempotency_key
 UNION ALL
-SELECT payload_sha256 FROM key_ledger WHERE idempotency_key = :key
+SELECT payload_sha256 FROM key_ledger WHERE idempotency_key = :idempotency_key
 LIMIT 1;
-
--- name: notify_enqueued
--- Wakes dispatchers at COMMIT (NOTIFY is transactional: nothing is sent on rollback).
-SELECT pg_notify('outbox_effects', 'enqueued');

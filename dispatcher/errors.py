@@ -11,11 +11,11 @@ class ConfigurationError(OutboxError):
     """A setting is missing or wrong; the message says which and how to fix it."""
 
 
-class InvalidEffect(OutboxError):
-    """An effect breaks the column contract. Nothing was written.
+class InvalidInput(OutboxError):
+    """Input that breaks a rule; nothing was written.
 
     ``field`` names the offending field and ``fix`` says what to do about it, so
-    a caller can show both to the person who wrote the producer.
+    a caller can show both to the person who typed or produced it.
     """
 
     def __init__(self, field: str, problem: str, fix: str) -> None:
@@ -23,6 +23,15 @@ class InvalidEffect(OutboxError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{field}: {problem}; {fix}")
+
+
+class InvalidEffect(InvalidInput):
+    """An effect breaks the column contract (a producer's mistake)."""
+
+
+class InvalidRequest(InvalidInput):
+    """An operator's or an API client's input is wrong: a reason, a cap, a name, a role,
+    an endpoint's settings, a search filter."""
 
 
 class UnknownEndpoint(InvalidEffect):

@@ -13,21 +13,15 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
-from dispatcher.errors import OutboxError
+from dispatcher.errors import InvalidRequest
 from dispatcher.schema import EFFECT_STATES
 
 MAX_RANGE_DAYS = 31
 MAX_PAGE = 500
 
 
-class InvalidFilter(OutboxError):
+class InvalidFilter(InvalidRequest):
     """A search filter is missing or out of bounds; names the field and the fix."""
-
-    def __init__(self, field: str, problem: str, fix: str) -> None:
-        self.field = field
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"{field}: {problem}; {fix}")
 
 
 @dataclasses.dataclass(frozen=True)

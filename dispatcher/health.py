@@ -15,7 +15,7 @@ _Q = queries_beside(__file__, "health.sql")
 
 
 @dataclasses.dataclass(frozen=True)
-class Worker:
+class LiveWorker:
     worker_id: str
     hostname: str
     pid: int
@@ -47,12 +47,25 @@ class LastBatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """Effects due now, and how long the oldest of them has been due (0 when none)."""
+
+    depth: int
+    oldest_due_age_s: float
+
+
+def queue_stats(conn: Connection) -> QueueStats:
+    row = conn.execute(_Q["queue_stats"]).one()
+    return QueueStats(depth=int(row[0]), oldest_due_age_s=max(0.0, float(row[1])))
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     counts: dict[str, int]
-    oldest_pending_age_s: float | None
+    queue: QueueStats
     delivered_last_5m: int
     delivered_last_1h: int
-    live_workers: list[Worker]
+    live_workers: list[LiveWorker]
     endpoints: list[EndpointHealth]
     last_batches: list[LastBatch]
 
@@ -62,13 +75,8 @@ class QueueGauges:
     """What /metrics reads on every scrape: cheap, bounded queries only."""
 
     counts: dict[str, int]
-    oldest_pending_age_s: float | None
+    queue: QueueStats
     live_workers: int
-
-
-def _oldest_pending(conn: Connection) -> float | None:
-    age = conn.execute(_Q["oldest_pending"]).scalar()
-    return None if age is None else max(0.0, float(age))
 
 
 def status(conn: Connection) -> Status:
@@ -77,10 +85,10 @@ def status(conn: Connection) -> Status:
     recent = conn.execute(_Q["recent_deliveries"]).mappings().one()
     return Status(
         counts=counts,
-        oldest_pending_age_s=_oldest_pending(conn),
+        queue=queue_stats(conn),
         delivered_last_5m=recent["last_5m"],
         delivered_last_1h=recent["last_1h"],
-        live_workers=[from_row(Worker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
+        live_workers=[from_row(LiveWorker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
         endpoints=[
             from_row(EndpointHealth, r) for r in conn.execute(_Q["endpoint_health"]).mappings()
         ],
@@ -94,6 +102,4 @@ def queue_gauges(conn: Connection) -> QueueGauges:
     counts = dict.fromkeys(("pending", "leased", "dead"), 0)
     counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
     workers = conn.execute(_Q["live_workers"]).fetchall()
-    return QueueGauges(
-        counts=counts, oldest_pending_age_s=_oldest_pending(conn), live_workers=len(workers)
-    )
+    return QueueGauges(counts=counts, queue=queue_stats(conn), live_workers=len(workers))

@@ -8,9 +8,13 @@ SELECT state, count(*) AS n FROM effects
 WHERE state IN ('pending', 'leased', 'dead')
 GROUP BY state;
 
--- name: oldest_pending
--- Age of the oldest pending effect (the first entry of ix_effects_state_created_at_id).
-SELECT extract(epoch FROM now() - min(created_at)) FROM effects WHERE state = 'pending';
+-- name: queue_stats
+-- The queue: effects due now (the due_effects view, via ix_effects_due) and how
+-- long the oldest of them has been due. The same two figures in the worker's
+-- metrics, the API's metrics and /v1/status.
+SELECT count(*) AS depth,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at)), 0) AS oldest_due_age_s
+FROM due_effects;
 
 -- name: recent_deliveries
 -- Throughput from the attempt log (ix_delivery_attempts_started_at).
@@ -20,7 +24,7 @@ FROM delivery_attempts
 WHERE outcome = 'delivered' AND started_at > now() - interval '1 hour';
 
 -- name: live_workers
--- The heartbeat rule of interfaces.md: not stopped, seen in the last 30 seconds.
+-- A live worker: not stopped, seen in the last 30 seconds (its heartbeat runs every 5).
 SELECT worker_id, hostname, pid, started_at, last_seen_at, in_flight, delivered, failed
 FROM worker_heartbeats
 WHERE stopped_at IS NULL AND last_seen_at > now() - interval '30 seconds'

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+QUEUE_DEPTH_HELP = "Effects due now (claimable, next attempt not in the future)"
+OLDEST_DUE_AGE_HELP = "How long the oldest due effect has waited (0 when none is due)"
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -23,15 +26,9 @@ class Metrics:
             registry=self.registry,
         )
         self.in_flight = Gauge("outbox_in_flight", "Sends in progress", registry=self.registry)
-        self.queue_depth = Gauge(
-            "outbox_queue_depth",
-            "Effects due now (pending or lease expired)",
-            registry=self.registry,
-        )
+        self.queue_depth = Gauge("outbox_queue_depth", QUEUE_DEPTH_HELP, registry=self.registry)
         self.oldest_due_age = Gauge(
-            "outbox_oldest_due_age_seconds",
-            "How long the oldest due effect has waited",
-            registry=self.registry,
+            "outbox_oldest_due_age_seconds", OLDEST_DUE_AGE_HELP, registry=self.registry
         )
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from dispatcher import endpoints
-from dispatcher.errors import Conflict, InvalidEffect, NotFound
+from dispatcher import endpoints, wakeup
+from dispatcher.errors import Conflict, InvalidRequest, NotFound
 from dispatcher.filters import EffectFilter
 from dispatcher.sqlfile import queries_beside
 
@@ -36,13 +36,13 @@ class BulkRequeue:
 
 def _reason(reason: str) -> str:
     if not reason or not reason.strip():
-        raise InvalidEffect("reason", "is empty", "say why, e.g. 'receiver fixed, ticket 4711'")
+        raise InvalidRequest("reason", "is empty", "say why, e.g. 'receiver fixed, ticket 4711'")
     if "\x00" in reason:
-        raise InvalidEffect("reason", "contains a NUL character", "send plain text")
+        raise InvalidRequest("reason", "contains a NUL character", "send plain text")
     return reason.strip()
 
 
-def record(
+def record_action(
     conn: Connection,
     *,
     actor: str,
@@ -82,27 +82,27 @@ def requeue(conn: Connection, key: str, *, actor: str, reason: str) -> None:
     reason = _reason(reason)
     if conn.execute(_Q["requeue_dead"], {"key": key}).first() is None:
         raise _refuse(conn, key, "dead", "requeued")
-    record(conn, actor=actor, action="requeue", target=key, reason=reason)
-    conn.execute(_Q["notify_requeued"])
+    record_action(conn, actor=actor, action="requeue", target=key, reason=reason)
+    wakeup.notify(conn, "requeued")
 
 
 def cancel(conn: Connection, key: str, *, actor: str, reason: str) -> None:
     reason = _reason(reason)
     if conn.execute(_Q["cancel_pending"], {"key": key}).first() is None:
         raise _refuse(conn, key, "pending", "cancelled")
-    record(conn, actor=actor, action="cancel", target=key, reason=reason)
+    record_action(conn, actor=actor, action="cancel", target=key, reason=reason)
 
 
 def pause_endpoint(conn: Connection, name: str, *, actor: str, reason: str) -> None:
     reason = _reason(reason)
     endpoints.pause(conn, name, reason)
-    record(conn, actor=actor, action="pause_endpoint", target=name, reason=reason)
+    record_action(conn, actor=actor, action="pause_endpoint", target=name, reason=reason)
 
 
 def resume_endpoint(conn: Connection, name: str, *, actor: str, reason: str) -> None:
     reason = _reason(reason)
     endpoints.resume(conn, name)
-    record(conn, actor=actor, action="resume_endpoint", target=name, reason=reason)
+    record_action(conn, actor=actor, action="resume_endpoint", target=name, reason=reason)
 
 
 def bulk_requeue(
@@ -114,7 +114,7 @@ def bulk_requeue(
     """
     reason = _reason(reason)
     if not 1 <= cap <= MAX_BULK_CAP:
-        raise InvalidEffect("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
+        raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
     params = flt.params()
     matched = conn.execute(_Q["count_dead_matching"], params | {"cap_plus_one": cap + 1}).scalar()
     matched = int(matched or 0)
@@ -128,7 +128,7 @@ def bulk_requeue(
     keys = [row[0] for row in conn.execute(_Q["bulk_requeue_dead"], params)]
     if len(keys) > cap:  # rows died between the count and the update
         raise Conflict(f"{len(keys)} dead effects match now, more than cap {cap}; try again")
-    record(
+    record_action(
         conn,
         actor=actor,
         action="bulk_requeue",
@@ -137,7 +137,7 @@ def bulk_requeue(
         details={"filter": params, "requeued": len(keys), "keys": keys[:100]},
     )
     if keys:
-        conn.execute(_Q["notify_requeued"])
+        wakeup.notify(conn, "requeued")
     return BulkRequeue(matched=len(keys), requeued=len(keys), dry_run=False, cap=cap)
 
 

@@ -1,6 +1,6 @@
 -- name: requeue_dead
 -- A dead effect goes back to pending, due now; its attempts count and the
--- delivery_attempts history stay (interfaces.md, 4).
+-- delivery_attempts history stay (docs/design.md, the record protocol).
 UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
@@ -50,7 +50,3 @@ RETURNING idempotency_key;
 INSERT INTO operator_actions (actor, action, target, reason, details)
 VALUES (:actor, :action, :target, :reason, CAST(:details AS jsonb))
 RETURNING id;
-
--- name: notify_requeued
--- Wakes dispatchers at COMMIT.
-SELECT pg_notify('outbox_effects', 'requeued');

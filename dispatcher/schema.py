@@ -85,14 +85,14 @@ endpoints = sa.Table(
 )
 
 # The batch-commit marker. Its insert is the fence: the unique (job, batch_id)
-# lets exactly one attempt of a batch commit.
+# lets exactly one run of a batch commit.
 batches = sa.Table(
     "batches",
     metadata,
     sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
     sa.Column("job", sa.Text, nullable=False),
     sa.Column("batch_id", sa.Text, nullable=False),
-    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
     sa.Column("spark_app_id", sa.Text),
     _ts("committed_at", nullable=False, default_now=True),
     sa.Column("result_rows", sa.BigInteger, nullable=False, server_default="0"),
@@ -122,7 +122,7 @@ effects = sa.Table(
     sa.Column("payload_sha256", sa.Text, nullable=False),
     sa.Column("ordering_key", sa.Text),
     sa.Column("state", sa.Text, nullable=False, server_default="pending"),
-    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     _ts("next_attempt_at", nullable=False, default_now=True),
     sa.Column("lease_owner", sa.Text),
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
@@ -135,7 +135,7 @@ effects = sa.Table(
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
     sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
     sa.CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_is_object"),
-    sa.CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    sa.CheckConstraint("attempt_count >= 0", name="attempt_count_non_negative"),
     sa.CheckConstraint("(job IS NULL) = (batch_id IS NULL)", name="job_and_batch_together"),
     # Claiming: due rows only, in due order. Small, because finished rows leave it.
     sa.Index(
@@ -200,7 +200,7 @@ rejects = sa.Table(
     sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
     sa.Column("job", sa.Text, nullable=False),
     sa.Column("batch_id", sa.Text, nullable=False),
-    sa.Column("attempt_id", pg.UUID(as_uuid=True)),
+    sa.Column("run_id", pg.UUID(as_uuid=True)),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("raw_row", pg.JSONB, nullable=False),
     _ts("rejected_at", nullable=False, default_now=True),
@@ -250,14 +250,15 @@ worker_heartbeats = sa.Table(
 )
 
 # Staging for the batch commit: UNLOGGED (re-creatable, no WAL), tagged with the
-# attempt, the Spark task attempt and the chunk that wrote them, indexed by that
+# run, the Spark task and the chunk that wrote them, indexed by that
 # tag only (the commit merges one chunk at a time while executors still stage).
 staged_effects = sa.Table(
     "staged_effects",
     metadata,
-    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
-    # The Spark task attempt that staged the row: the commit reads only rows of the
-    # task attempts that succeeded, so a retried task's leftovers are never merged.
+    sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
+    # The Spark task that staged the row (each try of a task has its own id): the
+    # commit reads only rows of the tasks that succeeded, so a retried task's
+    # leftovers are never merged.
     sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("idempotency_key", sa.Text),
     sa.Column("endpoint", sa.Text),
@@ -270,7 +271,7 @@ staged_effects = sa.Table(
     sa.Column("reject_reason", sa.Text),  # set by the executor when the row breaks the contract
     sa.Column("raw_row", sa.Text),  # the rejected row as JSON text (NULL for valid rows)
     sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
-    sa.Index(None, "attempt_id", "task_id", "chunk"),
+    sa.Index(None, "run_id", "task_id", "chunk"),
     prefixes=["UNLOGGED"],
 )
 
@@ -278,11 +279,11 @@ staged_effects = sa.Table(
 staged_results = sa.Table(
     "staged_results",
     metadata,
-    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
     sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("row", pg.JSONB, nullable=False),
     sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
-    sa.Index(None, "attempt_id", "task_id", "chunk"),
+    sa.Index(None, "run_id", "task_id", "chunk"),
     prefixes=["UNLOGGED"],
 )
 
@@ -291,20 +292,21 @@ staged_results = sa.Table(
 staged_chunks = sa.Table(
     "staged_chunks",
     metadata,
-    sa.Column("attempt_id", pg.UUID(as_uuid=True), nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
     sa.Column("kind", sa.Text, nullable=False),  # "effects" | "results"
     sa.Column("task_id", sa.BigInteger, nullable=False),
     sa.Column("chunk", sa.Integer, nullable=False),
     sa.Column("rows", sa.BigInteger, nullable=False),
-    sa.PrimaryKeyConstraint("attempt_id", "kind", "task_id", "chunk"),
+    sa.PrimaryKeyConstraint("run_id", "kind", "task_id", "chunk"),
     prefixes=["UNLOGGED"],
 )
 
-# Attempts that began staging; a row left here long after is an abandoned attempt.
-staging_attempts = sa.Table(
-    "staging_attempts",
+# Runs that began staging: one sink try at committing a batch. A row left here
+# long after is an abandoned run.
+batch_runs = sa.Table(
+    "batch_runs",
     metadata,
-    sa.Column("attempt_id", pg.UUID(as_uuid=True), primary_key=True),
+    sa.Column("run_id", pg.UUID(as_uuid=True), primary_key=True),
     sa.Column("job", sa.Text, nullable=False),
     sa.Column("batch_id", sa.Text, nullable=False),
     _ts("started_at", nullable=False, default_now=True),

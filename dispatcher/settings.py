@@ -74,13 +74,12 @@ class Settings:
     worker_id: str = ""
     concurrency: int = 64
     claim_batch_size: int = 100
-    lease_seconds: float = 60.0
+    lease_s: float = 60.0
     poll_interval_s: float = 1.0
     shutdown_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
     retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
     retry_after_cap_s: float = 3600.0
-    http_timeout_s: float = 10.0
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # API.
@@ -101,7 +100,12 @@ class Settings:
             worker_id=env.get("OUTBOX_WORKER_ID", ""),
             concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
             claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
-            lease_seconds=_env_float(env, "OUTBOX_LEASE_SECONDS", defaults.lease_seconds),
+            lease_s=_env_float(
+                env,
+                "OUTBOX_LEASE_S",
+                # The name before every duration setting ended in _S; still read.
+                _env_float(env, "OUTBOX_LEASE_SECONDS", defaults.lease_s),
+            ),
             poll_interval_s=_env_float(env, "OUTBOX_POLL_INTERVAL_S", defaults.poll_interval_s),
             shutdown_timeout_s=_env_float(
                 env, "OUTBOX_SHUTDOWN_TIMEOUT_S", defaults.shutdown_timeout_s
@@ -114,7 +118,6 @@ class Settings:
             retry_after_cap_s=_env_float(
                 env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
             ),
-            http_timeout_s=_env_float(env, "OUTBOX_HTTP_TIMEOUT_S", defaults.http_timeout_s),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),

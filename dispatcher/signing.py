@@ -12,20 +12,20 @@ import hashlib
 import hmac
 
 
-def signature(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
+def signature(secret: bytes, idempotency_key: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header value: ``v1,<base64 HMAC-SHA256>``."""
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    signed = f"{idempotency_key}.{timestamp}.".encode() + body
+    digest = hmac.new(secret, signed, hashlib.sha256).digest()
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
-def headers(key: bytes, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+def headers(secret: bytes, idempotency_key: str, timestamp: int, body: bytes) -> dict[str, str]:
     """Every header a signed delivery carries (content type and user agent included)."""
     return {
         "Content-Type": "application/json",
         "User-Agent": "spark-outbox-dispatcher/0.1",
-        "webhook-id": msg_id,
+        "webhook-id": idempotency_key,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(key, msg_id, timestamp, body),
-        "Idempotency-Key": msg_id,
+        "webhook-signature": signature(secret, idempotency_key, timestamp, body),
+        "Idempotency-Key": idempotency_key,
     }

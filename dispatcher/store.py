@@ -17,11 +17,12 @@ from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
 
+from dispatcher import health
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "store.sql")
 
-# Outcomes an attempt can record (interfaces.md #3); 'stale' is decided by the SQL.
+# Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
 OUTCOMES = ("delivered", "retry", "dead", "gone")
 
 
@@ -30,7 +31,7 @@ class Claimed:
     """One leased effect: what a channel needs to send it, and its fence token."""
 
     id: int
-    key: str
+    idempotency_key: str
     endpoint: str
     recipient: str | None
     payload: str
@@ -58,24 +59,24 @@ class Result:
     response_excerpt: str | None = None
     # For logs and metrics only (not written by ``record``).
     endpoint: str = ""
-    key: str = ""
+    idempotency_key: str = ""
 
 
-def claim(engine: Engine, worker_id: str, limit: int, lease_seconds: float) -> list[Claimed]:
+def claim(engine: Engine, worker_id: str, limit: int, lease_s: float) -> list[Claimed]:
     """Lease up to ``limit`` due effects; keys already delivered are settled, not returned."""
-    params = {"worker_id": worker_id, "limit": limit, "lease_seconds": lease_seconds}
-    deadline = time.monotonic() + lease_seconds
+    params = {"worker_id": worker_id, "limit": limit, "lease_s": lease_s}
+    deadline = time.monotonic() + lease_s
     with engine.begin() as conn:
         conn.execute(_Q["claim_plan"])
         rows = conn.execute(_Q["claim"], params).mappings().all()
     return [
         Claimed(
             id=r["id"],
-            key=r["idempotency_key"],
+            idempotency_key=r["idempotency_key"],
             endpoint=r["endpoint"],
             recipient=r["recipient"],
             payload=r["payload"],
-            attempt=r["attempts"],
+            attempt=r["attempt_count"],
             lease_token=str(r["lease_token"]),
             created_at=r["created_at"],
             lease_deadline=deadline,
@@ -141,16 +142,9 @@ def due_soon(engine: Engine, within_s: float) -> bool:
         return bool(conn.execute(_Q["due_soon"], {"within_s": within_s}).scalar())
 
 
-@dataclasses.dataclass(frozen=True)
-class QueueStats:
-    depth: int
-    oldest_due_age_s: float
-
-
-def queue_stats(engine: Engine) -> QueueStats:
+def queue_stats(engine: Engine) -> health.QueueStats:
     with engine.connect() as conn:
-        row = conn.execute(_Q["queue_stats"]).one()
-    return QueueStats(depth=int(row[0]), oldest_due_age_s=float(row[1]))
+        return health.queue_stats(conn)
 
 
 def heartbeat(engine: Engine, worker_id: str, in_flight: int, delivered: int, failed: int) -> None:

@@ -6,20 +6,14 @@
 SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off;
 
 -- name: claim
--- Lease up to :limit due effects (first claims and expired leases alike, via
--- ix_effects_due) whose batch is committed and whose endpoint is enabled; SKIP
--- LOCKED lets any number of workers claim side by side. A key already in the
--- key ledger is marked delivered here instead of leased: never sent twice by us.
+-- Lease up to :limit due effects (first claims and expired leases alike; the
+-- due_effects view is the one definition of "due", read in ix_effects_due
+-- order); SKIP LOCKED lets any number of workers claim side by side. A key
+-- already in the key ledger is marked delivered here instead of leased: never
+-- sent twice by us.
 WITH due AS (
     SELECT e.id, e.idempotency_key
-    FROM effects e
-    WHERE e.state IN ('pending', 'leased')
-      AND e.next_attempt_at <= now()
-      AND (e.job IS NULL OR EXISTS (
-            SELECT 1 FROM batches b WHERE b.job = e.job AND b.batch_id = e.batch_id))
-      -- NOT IN (a hashed filter) rather than a join: the scan stays in index order
-      -- and stops at LIMIT. An unregistered endpoint is claimed and dead-lettered.
-      AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
+    FROM due_effects e
     ORDER BY e.next_attempt_at
     LIMIT :limit
     FOR UPDATE OF e SKIP LOCKED
@@ -32,11 +26,11 @@ UPDATE effects e SET
     lease_owner = CASE WHEN known.delivered_at IS NULL THEN :worker_id END,
     lease_token = CASE WHEN known.delivered_at IS NULL THEN gen_random_uuid() END,
     lease_expires_at = CASE WHEN known.delivered_at IS NULL
-                            THEN now() + make_interval(secs => :lease_seconds) END,
+                            THEN now() + make_interval(secs => :lease_s) END,
     next_attempt_at = CASE WHEN known.delivered_at IS NULL
-                           THEN now() + make_interval(secs => :lease_seconds)
+                           THEN now() + make_interval(secs => :lease_s)
                            ELSE e.next_attempt_at END,
-    attempts = e.attempts + CASE WHEN known.delivered_at IS NULL THEN 1 ELSE 0 END,
+    attempt_count = e.attempt_count + CASE WHEN known.delivered_at IS NULL THEN 1 ELSE 0 END,
     delivered_at = COALESCE(known.delivered_at, e.delivered_at),
     last_error = CASE WHEN known.delivered_at IS NULL THEN e.last_error
                       ELSE 'already delivered (key ledger): not sent again' END,
@@ -44,7 +38,7 @@ UPDATE effects e SET
 FROM known
 WHERE e.id = known.id
 RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
-          e.attempts, e.lease_token, e.created_at, e.job, e.batch_id,
+          e.attempt_count, e.lease_token, e.created_at, e.job, e.batch_id,
           known.delivered_at IS NOT NULL AS already_delivered;
 
 -- name: record
@@ -104,7 +98,7 @@ FROM r LEFT JOIN updated u ON u.id = r.id AND u.token = r.token;
 -- an open circuit breaker): due again after :delays_s, and the attempt that
 -- never happened is not counted.
 UPDATE effects e SET state = 'pending', next_attempt_at = now() + make_interval(secs => r.delay_s),
-                     attempts = GREATEST(e.attempts - 1, 0),
+                     attempt_count = GREATEST(e.attempt_count - 1, 0),
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                      updated_at = now()
 FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:delays_s AS float8[]))
@@ -113,14 +107,10 @@ WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
 RETURNING e.id;
 
 -- name: due_soon
--- For --until-idle: is anything claimable now (or within the poll interval)?
+-- For --until-idle: is anything claimable due now, or within :within_s?
 SELECT EXISTS (
-    SELECT 1 FROM effects e
-    WHERE e.state IN ('pending', 'leased')
-      AND e.next_attempt_at <= now() + make_interval(secs => :within_s)
-      AND (e.job IS NULL OR EXISTS (
-            SELECT 1 FROM batches b WHERE b.job = e.job AND b.batch_id = e.batch_id))
-      AND EXISTS (SELECT 1 FROM endpoints p WHERE p.name = e.endpoint AND p.enabled)
+    SELECT 1 FROM claimable_effects e
+    WHERE e.next_attempt_at <= now() + make_interval(secs => :within_s)
 );
 
 -- name: heartbeat
@@ -136,9 +126,3 @@ ON CONFLICT (worker_id) DO UPDATE SET
 UPDATE worker_heartbeats SET stopped_at = now(), last_seen_at = now(), in_flight = 0
 WHERE worker_id = :worker_id;
 
--- name: queue_stats
--- Queue depth and oldest due age for the metrics (ix_effects_due keeps it small).
-SELECT count(*) AS depth,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at)), 0) AS oldest_due_age_s
-FROM effects
-WHERE state IN ('pending', 'leased') AND next_attempt_at <= now();

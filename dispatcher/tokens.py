@@ -15,7 +15,7 @@ import secrets
 
 from sqlalchemy.engine import Connection, RowMapping
 
-from dispatcher.errors import Conflict, InvalidEffect, NotFound, OutboxError
+from dispatcher.errors import Conflict, InvalidRequest, NotFound, OutboxError
 from dispatcher.schema import ROLES
 from dispatcher.sqlfile import queries_beside
 
@@ -59,9 +59,9 @@ def token_sha256(plaintext: str) -> str:
 def create(conn: Connection, *, name: str, role: str) -> tuple[Token, str]:
     """Store a new token's hash; return the token and its plaintext (shown once)."""
     if not name or not name.strip():
-        raise InvalidEffect("name", "is empty", "name the token after its holder, e.g. alice")
+        raise InvalidRequest("name", "is empty", "name the token after its holder, e.g. alice")
     if role not in ROLES:
-        raise InvalidEffect("role", f"{role!r} is not a role", f"use one of {', '.join(ROLES)}")
+        raise InvalidRequest("role", f"{role!r} is not a role", f"use one of {', '.join(ROLES)}")
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = (
         conn.execute(

@@ -119,3 +119,64 @@ def check_not_before(value: object) -> dt.datetime | None:
 def _preview(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+# The e-mail contract: what an effect on an e-mail endpoint must carry. Checked
+# when it is enqueued (enqueue, the Spark sink) and again when it is rendered
+# (the SMTP channel), with the same reasons.
+MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
+# One address, the common addr-spec: local@domain, no display name, no list, no
+# comments, no whitespace or control characters anywhere.
+_ADDRESS = re.compile(
+    r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@"
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+)
+_HEADER_BREAKING = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
+
+
+def check_recipient_address(recipient: object) -> str:
+    """Exactly one plain address (``name@example.com``); anything else is refused."""
+    if recipient is None or (isinstance(recipient, str) and not recipient.strip()):
+        raise InvalidEffect(
+            "recipient", "is missing", "e-mail effects need one address, e.g. 'ada@example.com'"
+        )
+    if not isinstance(recipient, str) or not _ADDRESS.match(recipient):
+        raise InvalidEffect(
+            "recipient",
+            f"{_preview(recipient)} is not exactly one e-mail address",
+            "give one plain address like 'ada@example.com' (no name, list, spaces or "
+            "control characters); one effect per recipient",
+        )
+    return recipient
+
+
+def check_email_payload(payload: Mapping[str, Any]) -> None:
+    """``subject`` (one line of text), ``text`` (the body), optional ``html``."""
+    subject = payload.get("subject")
+    if not isinstance(subject, str) or not subject.strip():
+        raise InvalidEffect(
+            "payload.subject", "is missing or empty", 'e-mail payloads need {"subject": "..."}'
+        )
+    if _HEADER_BREAKING.search(subject) or len(subject) > MAX_SUBJECT_CHARS:
+        raise InvalidEffect(
+            "payload.subject",
+            f"{_preview(subject)} is not one line of at most {MAX_SUBJECT_CHARS} characters",
+            "remove line breaks and control characters; shorten it",
+        )
+    if not isinstance(payload.get("text"), str):
+        raise InvalidEffect(
+            "payload.text", "is missing or not a string", 'e-mail payloads need {"text": "..."}'
+        )
+    html = payload.get("html")
+    if html is not None and not isinstance(html, str):
+        raise InvalidEffect(
+            "payload.html", f"is a {type(html).__name__}", "pass a string or leave it out"
+        )
+
+
+def check_email_effect(recipient: object, payload: Mapping[str, Any]) -> str:
+    """The whole e-mail contract; returns the recipient. Raises ``InvalidEffect``."""
+    address = check_recipient_address(recipient)
+    check_email_payload(payload)
+    return address

@@ -1,6 +1,9 @@
-"""Wake-ups: LISTEN ``outbox_effects`` on a dedicated psycopg2 connection.
+"""Wake-ups: producers NOTIFY one channel at commit; the worker LISTENs to it.
 
-The payload is informational; a wake-up only means "claim now". The socket is
+``notify(conn, reason)`` is how every producer (the Spark commit, ``enqueue``,
+a requeue, a resumed endpoint) wakes dispatchers: NOTIFY is transactional, so
+nothing is sent on rollback. The worker's ``Listener`` holds a dedicated
+psycopg2 connection. The payload is informational; a wake-up only means "claim now". The socket is
 watched with ``loop.add_reader`` (no thread). When PostgreSQL goes away the
 listener reconnects with backoff and wakes the worker once it is back, since
 notifications sent meanwhile are lost; the worker's poll timer covers the gap.
@@ -15,12 +18,21 @@ from collections.abc import Callable
 
 import psycopg2
 import psycopg2.extensions
+from sqlalchemy.engine import Connection
 
 from dispatcher.db import libpq_url, sqlalchemy_url
+from dispatcher.sqlfile import queries_beside
 
 log = logging.getLogger(__name__)
+_Q = queries_beside(__file__, "wakeup.sql")
 
+# The one NOTIFY channel of the outbox.
 CHANNEL = "outbox_effects"
+
+
+def notify(conn: Connection, reason: str) -> None:
+    """Wake dispatchers when ``conn``'s transaction commits."""
+    conn.execute(_Q["notify"], {"channel": CHANNEL, "reason": reason})
 
 
 class Listener:

@@ -115,7 +115,7 @@ class Worker:
             limit = min(s.claim_batch_size, capacity - len(self._in_flight))
             if limit > 0:
                 claimed = await self._db.call(
-                    store.claim, self.worker_id, limit, s.lease_seconds, until=self._stopping
+                    store.claim, self.worker_id, limit, s.lease_s, until=self._stopping
                 )
                 for effect in claimed or []:
                     self._unrecorded += 1
@@ -170,7 +170,7 @@ class Worker:
                 self._unrecorded -= len(releases)
 
     async def _record(self, batch: list[store.Result]) -> None:
-        give_up_s = max(120.0, self.settings.lease_seconds)
+        give_up_s = max(120.0, self.settings.lease_s)
         recorded = await self._db.call(
             store.record, self.worker_id, batch, give_up_after_s=give_up_s
         )
@@ -186,7 +186,7 @@ class Worker:
                         "delivered",
                         extra={
                             "event": "effect.delivered",
-                            "idempotency_key": r.key,
+                            "idempotency_key": r.idempotency_key,
                             "endpoint": r.endpoint,
                             "attempt": r.attempt,
                         },
@@ -200,7 +200,7 @@ class Worker:
                 else "lease lost; outcome not applied",
                 extra={
                     "event": f"effect.{outcome}",
-                    "idempotency_key": r.key,
+                    "idempotency_key": r.idempotency_key,
                     "endpoint": r.endpoint,
                     "attempt": r.attempt,
                     "status_code": r.status_code,

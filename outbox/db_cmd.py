@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from dispatcher import db
@@ -30,7 +29,9 @@ def register(sub: Any) -> None:
     down.add_argument("revision")
     down.set_defaults(handler=downgrade)
     cmds.add_parser("current", help="print the schema revision").set_defaults(handler=current)
-    sql = cmds.add_parser("sql", help="print the DDL of the schema, without connecting")
+    sql = cmds.add_parser(
+        "sql", help="print the schema's SQL (every migration, offline), without connecting"
+    )
     sql.set_defaults(handler=print_sql)
 
 
@@ -91,15 +92,13 @@ def current(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_sql(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy.dialects import postgresql
-    from sqlalchemy.schema import CreateIndex, CreateTable
+    """The outbox schema as SQL, without connecting: every migration of the
+    ``outbox`` branch in offline mode, so the views and the append-only trigger
+    are there too, and ``alembic_version`` lets ``outbox db upgrade`` carry on
+    from it later."""
+    from alembic import command
 
-    from dispatcher.schema import metadata
-
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-    for table in metadata.sorted_tables:
-        sys.stdout.write(str(CreateTable(table).compile(dialect=dialect)).strip() + ";\n\n")
-        for index in sorted(table.indexes, key=lambda i: str(i.name)):
-            sys.stdout.write(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";\n")
-        sys.stdout.write("\n")
+    command.upgrade(
+        db.alembic_config("postgresql://offline@localhost/outbox"), db.OUTBOX_HEAD, sql=True
+    )
     return 0

@@ -1,7 +1,7 @@
-"""The driver's one transaction that commits a staged batch (DESIGN.md, steps 3-4).
+"""The driver's one transaction that commits a staged batch (docs/design.md, steps 4-6).
 
-Marker first (the fence: a racing or zombie attempt finds the conflict and
-rolls back), then results, rejects, effects and counts, then the attempt's
+Marker first (the fence: a racing or zombie run finds the conflict and
+rolls back), then results, rejects, effects and counts, then the run's
 staging rows are deleted and dispatchers are notified, all in ONE COMMIT.
 A COMMIT whose outcome is unknown (connection lost) is resolved by reading the
 marker; only when the marker proves it did not commit is the transaction run
@@ -18,13 +18,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import psycopg2
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
-from dispatcher import db
-from dispatcher.errors import OutboxError
+from dispatcher import db, wakeup
+from dispatcher.errors import DatabaseUnavailable, OutboxError
 from dispatcher.sqlfile import queries_beside
 from spark_jobs import phases
 from spark_jobs.results import ResultsSpec, apply_statement
@@ -49,9 +48,9 @@ class InvalidRows(BatchNotCommitted):
 
 @dataclasses.dataclass(frozen=True)
 class Staged:
-    """What the executors staged for one attempt: the task attempts that succeeded."""
+    """What the executors staged for one run: the Spark tasks that succeeded."""
 
-    attempt_id: str
+    run_id: str
     effect_tasks: tuple[int, ...] = ()
     result_tasks: tuple[int, ...] = ()
     effect_rows: int = 0
@@ -62,10 +61,10 @@ class Staged:
 class BatchOutcome:
     job: str
     batch_id: str
-    # committed: this attempt; replayed: a marker existed before we started;
-    # lost_race: another attempt committed while we staged.
+    # committed: this run; replayed: a marker existed before we started;
+    # lost_race: another run committed while we staged.
     status: str
-    attempt_id: str
+    run_id: str
     result_rows: int = 0
     effects_total: int = 0
     effects_new: int = 0
@@ -89,43 +88,39 @@ def read_outcome(engine: Engine, job: str, batch_id: str, status: str) -> BatchO
         row = conn.execute(_Q["read_marker"], {"job": job, "batch_id": batch_id}).mappings().first()
     if row is None:
         return None
-    counts = {k: int(v) for k, v in row.items() if k != "attempt_id"}
-    return BatchOutcome(job, batch_id, status, str(row["attempt_id"]), **counts)
+    counts = {k: int(v) for k, v in row.items() if k != "run_id"}
+    return BatchOutcome(job, batch_id, status, str(row["run_id"]), **counts)
 
 
-def begin_attempt(engine: Engine, job: str, batch_id: str, grace_s: float) -> str:
-    """Sweep abandoned attempts, then register a fresh one; return its id."""
-    attempt_id = str(uuid.uuid4())
+def begin_run(engine: Engine, job: str, batch_id: str, grace_s: float) -> str:
+    """Sweep abandoned runs, then register a fresh one; return its id."""
+    run_id = str(uuid.uuid4())
     with engine.begin() as conn:
         _sweep(conn, grace_s)
-        conn.execute(
-            _Q["begin_attempt"], {"attempt_id": attempt_id, "job": job, "batch_id": batch_id}
-        )
-    return attempt_id
+        conn.execute(_Q["begin_run"], {"run_id": run_id, "job": job, "batch_id": batch_id})
+    return run_id
 
 
 def sweep(engine: Engine, grace_s: float) -> None:
-    """Delete staging rows of attempts that can never commit (also run after each commit)."""
+    """Delete staging rows of runs that can never commit (also run after each commit)."""
     with engine.begin() as conn:
         _sweep(conn, grace_s)
 
 
 def _sweep(conn: Connection, grace_s: float) -> None:
-    abandoned = [str(r[0]) for r in conn.execute(_Q["abandoned_attempts"], {"grace_s": grace_s})]
+    abandoned = [str(r[0]) for r in conn.execute(_Q["abandoned_runs"], {"grace_s": grace_s})]
     if abandoned:
         drop_staging(conn, abandoned)
-        log.info(
-            "swept abandoned attempts", extra={"event": "batch.swept", "attempts": len(abandoned)}
-        )
+        log.info("swept abandoned runs", extra={"event": "batch.swept", "runs": len(abandoned)})
 
 
-def drop_staging(conn: Connection, attempt_ids: Sequence[str]) -> None:
-    params = {"attempt_ids": list(attempt_ids)}
+def drop_staging(conn: Connection, run_ids: Sequence[str]) -> None:
+    params = {"run_ids": list(run_ids)}
     for name in (
         "delete_staged_effects",
         "delete_staged_results",
         "delete_staged_chunks",
-        "delete_attempts",
+        "delete_runs",
     ):
         conn.execute(_Q[name], params)
 
@@ -146,14 +141,13 @@ def commit(
     staged: Staged,
     stage_in_tx: Callable[[Any], Staged] | None = None,
 ) -> BatchOutcome:
-    """Commit the staged attempt; ``stage_in_tx`` (small-batch path) stages inside the tx."""
+    """Commit the staged run; ``stage_in_tx`` (small-batch path) stages inside the tx."""
     for round_ in (1, 2):
         try:
-            return _commit_once(engine, request, staged, stage_in_tx)
-        except (sa.exc.DBAPIError, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-            if not _connection_lost(exc):
-                raise
-            outcome = _resolve_by_marker(engine, request, staged.attempt_id)
+            with db.translated():
+                return _commit_once(engine, request, staged, stage_in_tx)
+        except DatabaseUnavailable as exc:
+            outcome = _resolve_by_marker(engine, request, staged.run_id)
             if outcome is not None:
                 return outcome
             if round_ == 2:
@@ -165,14 +159,14 @@ def commit(
 
 
 def commit_pipelined(
-    engine: Engine, request: CommitRequest, attempt_id: str, run_staging: Callable[[], Staged]
+    engine: Engine, request: CommitRequest, run_id: str, run_staging: Callable[[], Staged]
 ) -> BatchOutcome:
     """Stage and merge at once: the commit transaction merges chunks as they land.
 
-    The marker is inserted first, so a racing attempt waits on it before it
+    The marker is inserted first, so a racing run waits on it before it
     stages anything. ``run_staging`` (the Spark staging jobs) runs in a thread;
     meanwhile this transaction merges every chunk the executors commit. At the
-    end the merged chunks must be exactly those of the task attempts Spark saw
+    end the merged chunks must be exactly those of the Spark tasks Spark saw
     succeed. If not (a task was retried after a chunk of it was merged), or if
     the connection is lost, the transaction is dropped and the batch is merged
     again from staging by ``commit``, the sequential path: staging is kept until
@@ -181,12 +175,12 @@ def commit_pipelined(
     started = time.monotonic()
     staging = _Background(run_staging)
     try:
-        with engine.connect() as conn:
-            if not _insert_marker(conn, request, attempt_id):
+        with db.translated(), engine.connect() as conn:
+            if not _insert_marker(conn, request, run_id):
                 conn.rollback()
-                return BatchOutcome(request.job, request.batch_id, "lost_race", attempt_id)
+                return BatchOutcome(request.job, request.batch_id, "lost_race", run_id)
             staging.start()
-            merger = _ChunkMerger(conn, request, attempt_id)
+            merger = _ChunkMerger(conn, request, run_id)
             while not staging.wait(_POLL_S):
                 merger.merge_new()
             staged = staging.result()
@@ -200,17 +194,15 @@ def commit_pipelined(
                 conn.rollback()
                 return commit(engine, request, staged)
             counts = {**merger.counts, "duration_s": time.monotonic() - started}
-            _finish(conn, request, attempt_id, counts)
-    except (sa.exc.DBAPIError, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
-        if not _connection_lost(exc):
-            raise
+            _finish(conn, request, run_id, counts)
+    except DatabaseUnavailable:
         staged = staging.result()  # staging is in the database; merge it the sequential way
-        outcome = _resolve_by_marker(engine, request, attempt_id)
+        outcome = _resolve_by_marker(engine, request, run_id)
         return outcome if outcome is not None else commit(engine, request, staged)
     finally:
         staging.join()  # never leave Spark jobs staging behind a finished write
     counts.pop("duration_s")
-    return BatchOutcome(request.job, request.batch_id, "committed", attempt_id, **counts)
+    return BatchOutcome(request.job, request.batch_id, "committed", run_id, **counts)
 
 
 _POLL_S = 0.2
@@ -257,10 +249,10 @@ class _Background:
 class _ChunkMerger:
     """Merges each committed staging chunk once, keeping the batch's counts."""
 
-    def __init__(self, conn: Connection, request: CommitRequest, attempt_id: str) -> None:
+    def __init__(self, conn: Connection, request: CommitRequest, run_id: str) -> None:
         self.conn = conn
         self.request = request
-        self.attempt_id = attempt_id
+        self.run_id = run_id
         self.merged: set[tuple[str, int, int]] = set()
         self.optimistic = True  # until a chunk meets a key that is already taken
         self.rows = {"effects": 0, "results": 0}
@@ -278,13 +270,13 @@ class _ChunkMerger:
         )
 
     def merge_new(self) -> None:
-        chunks = self.conn.execute(_Q["staged_chunks"], {"attempt_id": self.attempt_id}).all()
+        chunks = self.conn.execute(_Q["staged_chunks"], {"run_id": self.run_id}).all()
         for kind, task_id, chunk, rows in sorted(chunks):
             if (kind, task_id, chunk) in self.merged:
                 continue
             if kind == "effects":
                 counts = _merge_effects(
-                    self.conn, self.request, self.attempt_id, [task_id], chunk, self.optimistic
+                    self.conn, self.request, self.run_id, [task_id], chunk, self.optimistic
                 )
                 if counts.pop("conflicted"):
                     self.optimistic = False
@@ -292,14 +284,14 @@ class _ChunkMerger:
                     self.counts[name] += value
             else:
                 self.counts["result_rows"] += _merge_results(
-                    self.conn, self.request, self.attempt_id, [task_id], chunk
+                    self.conn, self.request, self.run_id, [task_id], chunk
                 )
             self.merged.add((kind, task_id, chunk))
             self.rows[kind] += rows
             self.tasks[kind].add(task_id)
 
     def covers(self, staged: Staged) -> bool:
-        """True when exactly the succeeded task attempts' rows were merged."""
+        """True when exactly the succeeded tasks' rows were merged."""
         return (
             self.tasks["effects"] <= set(staged.effect_tasks)
             and self.tasks["results"] <= set(staged.result_tasks)
@@ -308,9 +300,7 @@ class _ChunkMerger:
         )
 
 
-def _resolve_by_marker(
-    engine: Engine, request: CommitRequest, attempt_id: str
-) -> BatchOutcome | None:
+def _resolve_by_marker(engine: Engine, request: CommitRequest, run_id: str) -> BatchOutcome | None:
     """After a lost connection: the marker says who committed; None means nobody did."""
     log.warning(
         "commit outcome unknown, reading the marker",
@@ -319,18 +309,10 @@ def _resolve_by_marker(
     outcome = read_outcome(engine, request.job, request.batch_id, "committed")
     if outcome is None:
         return None
-    won = outcome.attempt_id == attempt_id
+    won = outcome.run_id == run_id
     return dataclasses.replace(
         outcome, status="committed" if won else "lost_race", resolved_by_marker=True
     )
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    if isinstance(exc, sa.exc.DBAPIError):
-        return bool(exc.connection_invalidated) or isinstance(
-            exc.orig, psycopg2.OperationalError | psycopg2.InterfaceError
-        )
-    return True
 
 
 def _commit_once(
@@ -341,50 +323,48 @@ def _commit_once(
 ) -> BatchOutcome:
     started = time.monotonic()
     with engine.connect() as conn:
-        if not _insert_marker(conn, request, staged.attempt_id):
+        if not _insert_marker(conn, request, staged.run_id):
             conn.rollback()
-            return BatchOutcome(request.job, request.batch_id, "lost_race", staged.attempt_id)
+            return BatchOutcome(request.job, request.batch_id, "lost_race", staged.run_id)
         if stage_in_tx is not None:
             staged = stage_in_tx(conn.connection.dbapi_connection.cursor())
         counts = _merge(conn, request, staged)
         counts["duration_s"] = time.monotonic() - started
-        _finish(conn, request, staged.attempt_id, counts)
+        _finish(conn, request, staged.run_id, counts)
     counts.pop("duration_s")
-    return BatchOutcome(request.job, request.batch_id, "committed", staged.attempt_id, **counts)
+    return BatchOutcome(request.job, request.batch_id, "committed", staged.run_id, **counts)
 
 
-def _insert_marker(conn: Connection, request: CommitRequest, attempt_id: str) -> bool:
-    """The fence; False when another attempt holds the batch (it committed first)."""
+def _insert_marker(conn: Connection, request: CommitRequest, run_id: str) -> bool:
+    """The fence; False when another run holds the batch (it committed first)."""
     inserted = conn.execute(
         _Q["insert_marker"],
         {
             "job": request.job,
             "batch_id": request.batch_id,
-            "attempt_id": attempt_id,
+            "run_id": run_id,
             "spark_app_id": request.spark_app_id,
         },
     ).first()
     return inserted is not None
 
 
-def _finish(
-    conn: Connection, request: CommitRequest, attempt_id: str, counts: dict[str, Any]
-) -> None:
+def _finish(conn: Connection, request: CommitRequest, run_id: str, counts: dict[str, Any]) -> None:
     """Counts on the marker, staging dropped, dispatchers notified: then the one COMMIT."""
     conn.execute(_Q["finish_marker"], {"job": request.job, "batch_id": request.batch_id, **counts})
-    drop_staging(conn, [attempt_id])
-    conn.execute(_Q["notify_committed"], {"payload": f"{request.job}/{request.batch_id}"})
+    drop_staging(conn, [run_id])
+    wakeup.notify(conn, f"{request.job}/{request.batch_id}")
     phases.reached("before_commit")
     conn.commit()
     phases.reached("after_commit")
 
 
 def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str, Any]:
-    """The sequential merge: every chunk of the task attempts that succeeded, at once."""
+    """The sequential merge: every chunk of the Spark tasks that succeeded, at once."""
     found = conn.execute(
         _Q["count_staged"],
         {
-            "attempt_id": staged.attempt_id,
+            "run_id": staged.run_id,
             "task_ids": list(staged.effect_tasks + staged.result_tasks),
         },
     ).one()
@@ -394,10 +374,10 @@ def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str
             f"effect/result rows, expected {staged.effect_rows}/{staged.result_rows} "
             "(swept as abandoned?); nothing was committed, re-run the batch"
         )
-    counts = _merge_effects(conn, request, staged.attempt_id, staged.effect_tasks, None)
+    counts = _merge_effects(conn, request, staged.run_id, staged.effect_tasks, None)
     counts.pop("conflicted")
     counts["result_rows"] = (
-        _merge_results(conn, request, staged.attempt_id, staged.result_tasks, None)
+        _merge_results(conn, request, staged.run_id, staged.result_tasks, None)
         if staged.result_rows
         else 0
     )
@@ -407,26 +387,26 @@ def _merge(conn: Connection, request: CommitRequest, staged: Staged) -> dict[str
 def _merge_results(
     conn: Connection,
     request: CommitRequest,
-    attempt_id: str,
+    run_id: str,
     task_ids: Sequence[int],
     chunk: int | None,
 ) -> int:
     if request.results is None:
         return 0
     statement = apply_statement(conn, request.results, request.result_columns)
-    params = {"attempt_id": attempt_id, "task_ids": list(task_ids), "chunk": chunk}
+    params = {"run_id": run_id, "task_ids": list(task_ids), "chunk": chunk}
     return int(conn.execute(statement, params).rowcount)
 
 
 def _merge_effects(
     conn: Connection,
     request: CommitRequest,
-    attempt_id: str,
+    run_id: str,
     task_ids: Sequence[int],
     chunk: int | None,
     optimistic: bool = False,
 ) -> dict[str, Any]:
-    """Rejects and effects of the given task attempts (one chunk, or all: ``None``).
+    """Rejects and effects of the given Spark tasks (one chunk, or all: ``None``).
 
     ``optimistic``: try a plain INSERT first, under a savepoint, and fall back to
     ``ON CONFLICT DO NOTHING`` only if a key is already taken. A plain insert
@@ -437,7 +417,7 @@ def _merge_effects(
     fx = {
         "job": request.job,
         "batch_id": request.batch_id,
-        "attempt_id": attempt_id,
+        "run_id": run_id,
         "task_ids": list(task_ids),
         "chunk": chunk,
     }

@@ -8,13 +8,13 @@ Staging: each partition checks its effect rows against the column contract
 (vectorised in Arrow; only payloads are handled row by row), canonicalises
 payloads exactly as ``enqueue`` does (same bytes, same ``payload_sha256``), and
 COPYs them as CSV written by Arrow into the UNLOGGED staging tables, tagged
-(attempt_id, task_id, chunk). Every ``CHUNK_ROWS`` rows a chunk commits together
+(run_id, task_id, chunk). Every ``CHUNK_ROWS`` rows a chunk commits together
 with its ``staged_chunks`` row, so the driver's commit transaction can merge it
-while later chunks are staged. What ends in the batch is only what task attempts
-the driver saw succeed staged: a merged chunk of any other task attempt (a
-retried or zombie task) makes the commit start over with those tasks only. The
-same functions run on the driver for the small-batch path, inside the commit
-transaction, as one uncommitted chunk.
+while later chunks are staged. What ends in the batch is only what the Spark
+tasks the driver saw succeed staged: a merged chunk of any other task (a retried
+or zombie task; each try of a task has its own id) makes the commit start over
+with those tasks only. The same functions run on the driver for the small-batch
+path, inside the commit transaction, as one uncommitted chunk.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from dispatcher.validation import (
     payload_sha256,
 )
 
-_TAGS = "attempt_id, task_id, chunk"
+_TAGS = "run_id, task_id, chunk"
 STAGED_COLUMNS = {
     "effects": f"{_TAGS}, idempotency_key, endpoint, recipient, payload, payload_sha256, "
     "ordering_key, not_before, reject_reason, raw_row",
@@ -176,11 +176,11 @@ class _CopyStream:
     """
 
     def __init__(
-        self, cursor: Any, kind: str, attempt_id: str, task_id: int, chunk_rows: int | None
+        self, cursor: Any, kind: str, run_id: str, task_id: int, chunk_rows: int | None
     ) -> None:
         self.cursor = cursor
         self.kind = kind
-        self.tags = (attempt_id, task_id)
+        self.tags = (run_id, task_id)
         self.chunk_rows = chunk_rows
         self.statement = f"COPY staged_{kind} ({STAGED_COLUMNS[kind]}) FROM STDIN WITH (FORMAT csv)"
         self.buffer = io.BytesIO()
@@ -223,7 +223,7 @@ class _CopyStream:
         if self.chunk_rows is None or not self.chunk_size:
             return
         self.cursor.execute(
-            "INSERT INTO staged_chunks (attempt_id, kind, task_id, chunk, rows) "
+            "INSERT INTO staged_chunks (run_id, kind, task_id, chunk, rows) "
             "VALUES (%s, %s, %s, %s, %s)",
             (self.tags[0], self.kind, self.tags[1], self.chunk, self.chunk_size),
         )
@@ -233,7 +233,7 @@ class _CopyStream:
 
 
 def stage_partition(
-    dsn: str, attempt_id: str, kind: str, chunk_rows: int = CHUNK_ROWS
+    dsn: str, run_id: str, kind: str, chunk_rows: int = CHUNK_ROWS
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that stages one partition of effects or results."""
 
@@ -247,7 +247,7 @@ def stage_partition(
         conn = psycopg2.connect(dsn, application_name=f"spark-outbox-stage-{kind}")
         try:
             with conn, conn.cursor() as cur:
-                count = stage(cur, kind, batches, attempt_id, task_id, chunk_rows)
+                count = stage(cur, kind, batches, run_id, task_id, chunk_rows)
         finally:
             conn.close()
         yield pa.RecordBatch.from_pydict(
@@ -262,7 +262,7 @@ def stage(
     cursor: Any,
     kind: str,
     batches: Iterable[Any],
-    attempt_id: str,
+    run_id: str,
     task_id: int,
     chunk_rows: int | None = None,
 ) -> int:
@@ -271,7 +271,7 @@ def stage(
     With ``chunk_rows`` (executors), each chunk commits on the cursor's
     connection; without (the driver path), nothing is committed here.
     """
-    stream = _CopyStream(cursor, kind, attempt_id, task_id, chunk_rows)
+    stream = _CopyStream(cursor, kind, run_id, task_id, chunk_rows)
     for batch in batches:
         stream.write(staged_effects(batch) if kind == "effects" else batch)
     stream.end_chunk(last=True)

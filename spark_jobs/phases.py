@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 PRINT_ENV = "OUTBOX_SPARK_PHASES"
 PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
-PAUSE_SECONDS_ENV = "OUTBOX_SPARK_PAUSE_S"
+PAUSE_S_ENV = "OUTBOX_SPARK_PAUSE_S"
 
 _callbacks: dict[str, list[Callable[[], None]]] = {}
 
@@ -26,7 +26,7 @@ def reached(name: str) -> None:
     if os.environ.get(PRINT_ENV) or os.environ.get(PAUSE_ENV):
         print(f"outbox-phase: {name}", file=sys.stderr, flush=True)
     if os.environ.get(PAUSE_ENV) == name:
-        time.sleep(float(os.environ.get(PAUSE_SECONDS_ENV, "60")))
+        time.sleep(float(os.environ.get(PAUSE_S_ENV, "60")))
     for callback in _callbacks.get(name, ()):
         callback()
 

@@ -1,6 +1,6 @@
 """The SparkSession builder: the one place a Spark session is configured.
 
-Jobs never build sessions themselves (HOUSE_STYLE: a job is a pure transform).
+Jobs never build sessions themselves (a job is a pure transformation).
 Loopback only, UTC session time zone (so dates and keys mean the same
 instant everywhere), no UI, few shuffle partitions for small local runs.
 """

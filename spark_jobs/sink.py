@@ -5,8 +5,8 @@ jobs (the batch id is a run id such as the logical date), and
 ``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where
 ``derive(batch_df, batch_id)`` turns the micro-batch into ``(results_df, effects_df)``.
 
-Protocol (DESIGN.md): a batch whose marker exists is a replay and is skipped;
-otherwise executors stage rows in parallel under a fresh attempt id, and the
+Protocol (docs/design.md): a batch whose marker exists is a replay and is skipped;
+otherwise executors stage rows in parallel under a fresh run id, and the
 driver commits them in one transaction fenced by the marker (spark_jobs.commit).
 Executors commit staging in chunks, and the commit transaction (marker first)
 merges each chunk as it lands, so staging and merging overlap
@@ -56,18 +56,18 @@ class OutboxSink:
             raise ConfigurationError(f"path={self.path!r}: use 'auto', 'executors' or 'driver'")
 
     def foreach_batch(
-        self, derive: Derive, run_id: Callable[[], str] | None = None
+        self, derive: Derive, stream_id: Callable[[], str] | None = None
     ) -> Callable[[Any, int], None]:
         """A ``foreachBatch`` callable: the micro-batch is persisted once, then derived.
 
-        ``run_id`` names the checkpoint (e.g. the query id stored in it): the batch
-        id becomes ``<run_id>/<n>``, so a query restarted from its checkpoint
+        ``stream_id`` names the checkpoint (e.g. the query id stored in it): the batch
+        id becomes ``<stream_id>/<n>``, so a query restarted from its checkpoint
         replays its batch ids while a fresh checkpoint starts new ones (whose
         effects then deduplicate by key, showing changed input as mismatches).
         """
 
         def run(batch_df: Any, spark_batch_id: int) -> None:
-            batch_id = f"{run_id()}/{spark_batch_id}" if run_id else str(spark_batch_id)
+            batch_id = f"{stream_id()}/{spark_batch_id}" if stream_id else str(spark_batch_id)
             engine = store.engine_for(self.database_url)
             try:
                 if store.read_outcome(engine, self.job, batch_id, "replayed") is not None:
@@ -120,16 +120,16 @@ class OutboxSink:
                 on_invalid=self.on_invalid,
                 spark_app_id=effects_df.sparkSession.sparkContext.applicationId,
             )
-            attempt_id = store.begin_attempt(engine, self.job, batch_id, self.abandoned_after_s)
+            run_id = store.begin_run(engine, self.job, batch_id, self.abandoned_after_s)
             phases.reached("staging")
             if self._use_driver(effects, results):
-                outcome = self._commit_through_driver(engine, request, attempt_id, effects, results)
+                outcome = self._commit_through_driver(engine, request, run_id, effects, results)
             else:
                 outcome = store.commit_pipelined(
                     engine,
                     request,
-                    attempt_id,
-                    lambda: self._stage_on_executors(attempt_id, effects, results),
+                    run_id,
+                    lambda: self._stage_on_executors(run_id, effects, results),
                 )
         finally:
             if cache:
@@ -149,17 +149,17 @@ class OutboxSink:
         rows = effects.count() + (results.count() if results is not None else 0)
         return rows <= self.driver_path_max_rows
 
-    def _stage_on_executors(self, attempt_id: str, effects: Any, results: Any) -> store.Staged:
+    def _stage_on_executors(self, run_id: str, effects: Any, results: Any) -> store.Staged:
         def run(kind: str, frame: Any) -> list[Any]:
             if frame is None:
                 return []
             dsn = db.libpq_url(self.database_url)
-            stage_fn = stage_partition(dsn, attempt_id, kind, self.chunk_rows)
+            stage_fn = stage_partition(dsn, run_id, kind, self.chunk_rows)
             return frame.mapInArrow(stage_fn, STAGED_SCHEMA).collect()
 
         fx, rs = run("effects", effects), run("results", results)
         return store.Staged(
-            attempt_id=attempt_id,
+            run_id=run_id,
             effect_tasks=tuple(r["task_id"] for r in fx),
             result_tasks=tuple(r["task_id"] for r in rs),
             effect_rows=sum(r["rows"] for r in fx),
@@ -167,21 +167,21 @@ class OutboxSink:
         )
 
     def _commit_through_driver(
-        self, engine: Any, request: Any, attempt_id: str, effects: Any, results: Any
+        self, engine: Any, request: Any, run_id: str, effects: Any, results: Any
     ) -> store.BatchOutcome:
         effect_batches = effects.toArrow().to_batches()
         result_batches = results.toArrow().to_batches() if results is not None else []
 
         def stage_in_tx(cursor: Any) -> store.Staged:
             return store.Staged(
-                attempt_id=attempt_id,
+                run_id=run_id,
                 effect_tasks=(0,),
                 result_tasks=(0,),
-                effect_rows=stage(cursor, "effects", effect_batches, attempt_id, 0),
-                result_rows=stage(cursor, "results", result_batches, attempt_id, 0),
+                effect_rows=stage(cursor, "effects", effect_batches, run_id, 0),
+                result_rows=stage(cursor, "results", result_batches, run_id, 0),
             )
 
-        return store.commit(engine, request, store.Staged(attempt_id), stage_in_tx)
+        return store.commit(engine, request, store.Staged(run_id), stage_in_tx)
 
     def _log_replay(self, batch_id: str) -> None:
         log.info(

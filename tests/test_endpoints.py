@@ -4,13 +4,13 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from dispatcher import endpoints
-from dispatcher.errors import Conflict, InvalidEffect, NotFound
+from dispatcher.errors import Conflict, InvalidRequest, NotFound
 
 
 def test_webhook_gets_a_generated_standard_webhooks_secret(engine: Engine) -> None:
     with engine.begin() as conn:
         ep, secret = endpoints.add_webhook(conn, name="hook", url="https://example.com/h")
-    assert secret.startswith("whsec_") and len(endpoints.signing_key(secret)) == 32
+    assert secret.startswith("whsec_") and len(endpoints.secret_bytes(secret)) == 32
     assert ep.signing_secret == secret
     assert secret not in repr(ep)
     assert "signing_secret" not in ep.public() and ep.public()["has_signing_secret"] is True
@@ -38,7 +38,7 @@ def test_duplicate_names_conflict(engine: Engine) -> None:
 
 @pytest.mark.parametrize("url", ["ftp://example.com", "example.com/h", "https://u:p@example.com/"])
 def test_bad_webhook_urls_are_refused(engine: Engine, url: str) -> None:
-    with pytest.raises(InvalidEffect) as info, engine.begin() as conn:
+    with pytest.raises(InvalidRequest) as info, engine.begin() as conn:
         endpoints.add_webhook(conn, name="hook", url=url)
     assert info.value.field == "url"
 

@@ -33,7 +33,7 @@ def test_enqueue_writes_one_pending_effect(engine: Engine, hook: str) -> None:
     with engine.begin() as conn:
         result = enqueue(
             conn,
-            key=KEY,
+            idempotency_key=KEY,
             endpoint=hook,
             payload={"order": 1},
             recipient="a@example.com",
@@ -51,18 +51,18 @@ def test_enqueue_writes_one_pending_effect(engine: Engine, hook: str) -> None:
 
 def test_enqueue_is_idempotent_on_the_key(engine: Engine, hook: str) -> None:
     with engine.begin() as conn:
-        enqueue(conn, key=KEY, endpoint=hook, payload={"order": 1})
+        enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={"order": 1})
     with engine.begin() as conn:
-        again = enqueue(conn, key=KEY, endpoint=hook, payload={"order": 1})
+        again = enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={"order": 1})
     assert not again.new and not again.payload_mismatch
     assert _count(engine) == 1
 
 
 def test_same_key_with_another_payload_is_flagged_and_not_stored(engine: Engine, hook: str) -> None:
     with engine.begin() as conn:
-        enqueue(conn, key=KEY, endpoint=hook, payload={"order": 1})
+        enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={"order": 1})
     with engine.begin() as conn:
-        again = enqueue(conn, key=KEY, endpoint=hook, payload='{"order": 2}')
+        again = enqueue(conn, idempotency_key=KEY, endpoint=hook, payload='{"order": 2}')
     assert not again.new and again.payload_mismatch
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT payload FROM effects")).scalar_one() == {"order": 1}
@@ -71,7 +71,7 @@ def test_same_key_with_another_payload_is_flagged_and_not_stored(engine: Engine,
 def test_rolled_back_transaction_enqueues_nothing(engine: Engine, hook: str) -> None:
     with engine.connect() as conn:
         trans = conn.begin()
-        enqueue(conn, key=KEY, endpoint=hook, payload={"order": 1})
+        enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={"order": 1})
         trans.rollback()
     assert _count(engine) == 0
 
@@ -86,7 +86,7 @@ def test_a_key_in_the_ledger_is_never_enqueued_again(engine: Engine, hook: str) 
             {"k": KEY, "e": hook},
         )
     with engine.begin() as conn:
-        result = enqueue(conn, key=KEY, endpoint=hook, payload={"order": 1})
+        result = enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={"order": 1})
     assert not result.new
     assert _count(engine) == 0
 
@@ -94,7 +94,7 @@ def test_a_key_in_the_ledger_is_never_enqueued_again(engine: Engine, hook: str) 
 def test_not_before_delays_the_first_attempt(engine: Engine, hook: str) -> None:
     later = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     with engine.begin() as conn:
-        enqueue(conn, key=KEY, endpoint=hook, payload={}, not_before=later)
+        enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={}, not_before=later)
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT next_attempt_at FROM effects")).scalar_one() == later
 
@@ -105,7 +105,7 @@ def test_commit_notifies_dispatchers(engine: Engine, db_url: str, hook: str) -> 
     try:
         listener.cursor().execute("LISTEN outbox_effects")
         with engine.begin() as conn:
-            enqueue(conn, key=KEY, endpoint=hook, payload={})
+            enqueue(conn, idempotency_key=KEY, endpoint=hook, payload={})
         ready, _, _ = select.select([listener], [], [], 5)
         assert ready, "no NOTIFY arrived within 5 s"
         listener.poll()
@@ -117,8 +117,8 @@ def test_commit_notifies_dispatchers(engine: Engine, db_url: str, hook: str) -> 
 @pytest.mark.parametrize(
     ("kwargs", "field", "fix"),
     [
-        ({"key": "abc"}, "idempotency_key", "effect_key"),
-        ({"key": KEY.upper()}, "idempotency_key", "effect_key"),
+        ({"idempotency_key": "abc"}, "idempotency_key", "effect_key"),
+        ({"idempotency_key": KEY.upper()}, "idempotency_key", "effect_key"),
         ({"endpoint": ""}, "endpoint", "registered endpoint"),
         ({"payload": [1, 2]}, "payload", "wrap the value"),
         ({"payload": "not json"}, "payload", "JSON object"),
@@ -132,7 +132,7 @@ def test_commit_notifies_dispatchers(engine: Engine, db_url: str, hook: str) -> 
 def test_bad_input_names_the_field_and_the_fix_and_writes_nothing(
     engine: Engine, hook: str, kwargs: dict[str, object], field: str, fix: str
 ) -> None:
-    args: dict[str, object] = {"key": KEY, "endpoint": hook, "payload": {"ok": True}}
+    args: dict[str, object] = {"idempotency_key": KEY, "endpoint": hook, "payload": {"ok": True}}
     args.update(kwargs)
     with pytest.raises(InvalidEffect) as info, engine.begin() as conn:
         enqueue(conn, **args)  # type: ignore[arg-type]
@@ -143,5 +143,5 @@ def test_bad_input_names_the_field_and_the_fix_and_writes_nothing(
 
 def test_unknown_endpoint_is_refused(engine: Engine, hook: str) -> None:
     with pytest.raises(UnknownEndpoint, match="outbox endpoints add"), engine.begin() as conn:
-        enqueue(conn, key=KEY, endpoint="nope", payload={})
+        enqueue(conn, idempotency_key=KEY, endpoint="nope", payload={})
     assert _count(engine) == 0

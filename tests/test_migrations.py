@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
+import psycopg2
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -11,8 +14,8 @@ from alembic.script import ScriptDirectory
 
 from dispatcher import db
 from dispatcher.schema import metadata
-from spark_jobs import billing_schema
 from outbox.tools import scratch
+from spark_jobs import billing_schema
 
 
 @pytest.fixture
@@ -102,3 +105,47 @@ def test_staging_tables_are_unlogged(engine: sa.Engine) -> None:
         "staged_chunks": "u",
         "effects": "p",
     }
+
+
+_CATALOG = """
+SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+  FROM information_schema.columns WHERE table_schema = 'public'
+UNION ALL SELECT 'index', indexdef FROM pg_indexes WHERE schemaname = 'public'
+UNION ALL SELECT 'constraint', conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+UNION ALL SELECT 'view', viewname || ' ' || definition FROM pg_views WHERE schemaname = 'public'
+UNION ALL SELECT 'trigger', tgrelid::regclass || ' ' || tgname
+  FROM pg_trigger WHERE NOT tgisinternal
+UNION ALL SELECT 'version', version_num FROM alembic_version
+"""
+
+
+def _catalog(url: str) -> set[tuple[str, str]]:
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return {(kind, text) for kind, text in conn.execute(sa.text(_CATALOG))}
+    finally:
+        engine.dispose()
+
+
+def test_db_sql_output_builds_the_same_schema_as_the_migrations(
+    server_url: str, empty_db_url: str
+) -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "outbox", "db", "sql"], capture_output=True, text=True, check=True
+    ).stdout
+    psql = scratch.create_empty_database(server_url)
+    try:
+        conn = psycopg2.connect(db.libpq_url(psql))
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(printed)
+        finally:
+            conn.close()
+        db.upgrade(empty_db_url)
+        from_sql, from_migrations = _catalog(psql), _catalog(empty_db_url)
+        assert from_sql == from_migrations
+        assert {kind for kind, _ in from_sql} >= {"view", "trigger", "index", "version"}
+    finally:
+        scratch.drop_database(server_url, scratch.database_name(psql))

@@ -43,12 +43,12 @@ def _batch(first: int, n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=EFFECT_ARROW_SCHEMA)
 
 
-def _stage_task(db_url: str, attempt_id: str, task_id: int, batches: list[pa.RecordBatch]) -> int:
+def _stage_task(db_url: str, run_id: str, task_id: int, batches: list[pa.RecordBatch]) -> int:
     """One executor task: chunks of 10 rows, each committed on its own."""
     conn = psycopg2.connect(db.libpq_url(db_url))
     try:
         with conn, conn.cursor() as cur:
-            return stage(cur, "effects", batches, attempt_id, task_id, chunk_rows=10)
+            return stage(cur, "effects", batches, run_id, task_id, chunk_rows=10)
     finally:
         conn.close()
 
@@ -60,10 +60,8 @@ def _request() -> store.CommitRequest:
 def _commit(engine: Engine, db_url: str, run: Callable[[str], store.Staged]) -> store.BatchOutcome:
     commit_engine = store.engine_for(db_url)
     try:
-        attempt_id = store.begin_attempt(commit_engine, "t", "b1", 3600)
-        return store.commit_pipelined(
-            commit_engine, _request(), attempt_id, lambda: run(attempt_id)
-        )
+        run_id = store.begin_run(commit_engine, "t", "b1", 3600)
+        return store.commit_pipelined(commit_engine, _request(), run_id, lambda: run(run_id))
     finally:
         commit_engine.dispose()
 
@@ -82,14 +80,14 @@ def test_chunks_are_merged_while_staging_goes_on(db_url: str, engine: Engine) ->
     insert_endpoint(engine, "hook")
     overlapped = []
 
-    def run(attempt_id: str) -> store.Staged:
-        first = _stage_task(db_url, attempt_id, 1, [_batch(0, 10), _batch(10, 10)])
+    def run(run_id: str) -> store.Staged:
+        first = _stage_task(db_url, run_id, 1, [_batch(0, 10), _batch(10, 10)])
         deadline = time.monotonic() + 10
         while not _merging_into_effects(engine) and time.monotonic() < deadline:
             time.sleep(0.05)
         overlapped.append(_merging_into_effects(engine))  # task 2 has not staged yet
-        second = _stage_task(db_url, attempt_id, 2, [_batch(20, 15)])
-        return store.Staged(attempt_id, (1, 2), (), first + second, 0)
+        second = _stage_task(db_url, run_id, 2, [_batch(20, 15)])
+        return store.Staged(run_id, (1, 2), (), first + second, 0)
 
     outcome = _commit(engine, db_url, run)
     assert overlapped == [True]
@@ -101,7 +99,7 @@ def test_chunks_are_merged_while_staging_goes_on(db_url: str, engine: Engine) ->
     )
     assert table(engine, "SELECT count(*) FROM effects")[0][0] == 31
     assert table(engine, "SELECT count(*) FROM rejects")[0][0] == 4
-    for staging in ("staged_effects", "staged_chunks", "staging_attempts"):
+    for staging in ("staged_effects", "staged_chunks", "batch_runs"):
         assert table(engine, f"SELECT count(*) FROM {staging}")[0][0] == 0
 
 
@@ -110,16 +108,16 @@ def test_a_merged_chunk_of_a_failed_task_attempt_makes_the_commit_start_over(
 ) -> None:
     insert_endpoint(engine, "hook")
 
-    def run(attempt_id: str) -> store.Staged:
+    def run(run_id: str) -> store.Staged:
         # Task attempt 7 staged a chunk of rows 0-9 and then failed; Spark ran the
         # partition again as task attempt 8 (rows 0-19). Only 8 and 9 succeeded.
-        _stage_task(db_url, attempt_id, 7, [_batch(0, 10), _batch(100, 10)])
+        _stage_task(db_url, run_id, 7, [_batch(0, 10), _batch(100, 10)])
         deadline = time.monotonic() + 10
         while not _merging_into_effects(engine) and time.monotonic() < deadline:
             time.sleep(0.05)
-        rows = _stage_task(db_url, attempt_id, 8, [_batch(0, 20)])
-        rows += _stage_task(db_url, attempt_id, 9, [_batch(20, 5)])
-        return store.Staged(attempt_id, (8, 9), (), rows, 0)
+        rows = _stage_task(db_url, run_id, 8, [_batch(0, 20)])
+        rows += _stage_task(db_url, run_id, 9, [_batch(20, 5)])
+        return store.Staged(run_id, (8, 9), (), rows, 0)
 
     with caplog.at_level(logging.WARNING, logger="spark_jobs.commit"):
         outcome = _commit(engine, db_url, run)
@@ -142,15 +140,22 @@ def test_taken_keys_in_a_later_chunk_are_deduplicated_and_counted(
     enqueue_engine = db.create_engine(db_url)
     try:
         with enqueue_engine.begin() as conn:
-            enqueue(conn, key=effect_key("pipe", 25), endpoint="hook", payload={"i": 25})
-            enqueue(conn, key=effect_key("pipe", 26), endpoint="hook", payload={"i": "other"})
+            enqueue(
+                conn, idempotency_key=effect_key("pipe", 25), endpoint="hook", payload={"i": 25}
+            )
+            enqueue(
+                conn,
+                idempotency_key=effect_key("pipe", 26),
+                endpoint="hook",
+                payload={"i": "other"},
+            )
     finally:
         enqueue_engine.dispose()
 
-    def run(attempt_id: str) -> store.Staged:
+    def run(run_id: str) -> store.Staged:
         # two chunks: keys 1-10, then 21-30 (10 and 30 name an unknown endpoint)
-        rows = _stage_task(db_url, attempt_id, 1, [_batch(1, 10), _batch(21, 10)])
-        return store.Staged(attempt_id, (1,), (), rows, 0)
+        rows = _stage_task(db_url, run_id, 1, [_batch(1, 10), _batch(21, 10)])
+        return store.Staged(run_id, (1,), (), rows, 0)
 
     outcome = _commit(engine, db_url, run)
     assert (

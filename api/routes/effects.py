@@ -26,7 +26,7 @@ CSV_COLUMNS = (
     "endpoint",
     "recipient",
     "state",
-    "attempts",
+    "attempt_count",
     "created_at",
     "delivered_at",
     "next_attempt_at",

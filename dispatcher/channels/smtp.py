@@ -22,8 +22,8 @@ from dispatcher.store import Claimed
 MESSAGE_ID_DOMAIN = "spark-outbox"
 
 
-def message_id(key: str) -> str:
-    return f"<{key}@{MESSAGE_ID_DOMAIN}>"
+def message_id(idempotency_key: str) -> str:
+    return f"<{idempotency_key}@{MESSAGE_ID_DOMAIN}>"
 
 
 def build_message(endpoint: Endpoint, effect: Claimed) -> EmailMessage | str:
@@ -40,11 +40,11 @@ def build_message(endpoint: Endpoint, effect: Claimed) -> EmailMessage | str:
     if not isinstance(text, str):
         return "payload.text is missing: e-mail payloads need a text body"
     msg = EmailMessage()
-    msg["Message-ID"] = message_id(effect.key)
+    msg["Message-ID"] = message_id(effect.idempotency_key)
     msg["From"] = endpoint.mail_from or ""
     msg["To"] = effect.recipient
     msg["Subject"] = subject
-    msg["Idempotency-Key"] = effect.key
+    msg["Idempotency-Key"] = effect.idempotency_key
     msg.set_content(text)
     html = payload.get("html")
     if isinstance(html, str):

@@ -1,7 +1,7 @@
 """Signed webhook deliveries over aiohttp: one keep-alive pool per worker.
 
 aiohttp, not httpx: measured here, aiohttp sustains ~10k requests/s at 64 in
-flight where httpx's AsyncClient manages ~300 (FIELD_NOTES.md). Redirects are
+flight where httpx's AsyncClient manages ~300 (bench/RESULTS.md). Redirects are
 never followed (a 3xx is a failure). Every connection passes the SSRF guard on
 the address it actually connects to.
 """
@@ -15,7 +15,7 @@ import aiohttp
 
 from dispatcher import signing, ssrf
 from dispatcher.channels import Sent, clip
-from dispatcher.endpoints import Endpoint, signing_key
+from dispatcher.endpoints import Endpoint, secret_bytes
 from dispatcher.retry import parse_retry_after
 from dispatcher.settings import Settings
 from dispatcher.store import Claimed
@@ -71,8 +71,8 @@ class WebhookChannel:
         """POST the payload, signed; never raises for a delivery problem."""
         assert self._session is not None, "start() the channel first"
         body = effect.payload.encode("utf-8")
-        key = signing_key(endpoint.signing_secret or "")
-        headers = signing.headers(key, effect.key, int(time.time()), body)
+        secret = secret_bytes(endpoint.signing_secret or "")
+        headers = signing.headers(secret, effect.idempotency_key, int(time.time()), body)
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
             async with self._session.post(

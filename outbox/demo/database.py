@@ -102,10 +102,10 @@ def enqueue_dead_letter(url: str) -> str:
         with engine.begin() as conn:
             result = enqueue(
                 conn,
-                key=effect_key("crm.customer.sync", "demo-dead-letter"),
+                idempotency_key=effect_key("crm.customer.sync", "demo-dead-letter"),
                 endpoint=DEAD_LETTER_ENDPOINT,
                 payload={"type": "crm.customer.sync", "customer_id": "C-DEMO", "note": "refused"},
             )
     finally:
         engine.dispose()
-    return result.key
+    return result.idempotency_key

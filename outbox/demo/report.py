@@ -99,7 +99,7 @@ def render(r: dict[str, Any]) -> str:
     for d in r["dead_letters"]:
         lines.append(
             f"  dead letter {d['idempotency_key'][:12]}… on {d['endpoint']} after "
-            f"{d['attempts']} attempt(s): {d['last_error']}"
+            f"{d['attempt_count']} attempt(s): {d['last_error']}"
         )
     lines.append(
         f"webhook receiver: raw {rc['raw']:,}, unique {rc['unique']:,}, duplicates "

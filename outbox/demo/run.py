@@ -46,7 +46,7 @@ def dispatcher_env(env: dict[str, str]) -> dict[str, str]:
         "OUTBOX_SSRF_ALLOW_NETWORKS": LOOPBACK,
         "OUTBOX_RETRY_SCHEDULE_S": ",".join(str(s) for s in database.DEMO_RETRY_SCHEDULE_S),
         # Shorter than the default 60 s, so a killed dispatcher's leases come back soon.
-        "OUTBOX_LEASE_SECONDS": "30",
+        "OUTBOX_LEASE_S": "30",
         "OUTBOX_POLL_INTERVAL_S": "0.5",
     }
 

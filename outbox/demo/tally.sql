@@ -16,7 +16,7 @@ WHERE a.outcome = 'retry'
 GROUP BY f.endpoint;
 
 -- name: batches_by_job
--- What the batch markers recorded per job (interfaces.md §6).
+-- What the batch markers recorded per job.
 SELECT job, count(*) AS batches,
        COALESCE(sum(result_rows), 0) AS result_rows,
        COALESCE(sum(effects_total), 0) AS effects_total,
@@ -44,7 +44,7 @@ SELECT count(*) FROM effects WHERE state = 'delivered';
 
 -- name: dead_letters
 -- The first dead effects with their reason, for the report.
-SELECT idempotency_key, endpoint, attempts, last_error
+SELECT idempotency_key, endpoint, attempt_count, last_error
 FROM effects WHERE state = 'dead' ORDER BY id LIMIT :limit;
 
 -- name: delivered_keys

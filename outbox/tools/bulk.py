@@ -16,14 +16,14 @@ VALUES ('billing-webhook', 'webhook', 'http://127.0.0.1:9/hook',
         'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0')
 ON CONFLICT (name) DO NOTHING;
 
-INSERT INTO batches (job, batch_id, attempt_id, committed_at, result_rows, effects_total,
+INSERT INTO batches (job, batch_id, run_id, committed_at, result_rows, effects_total,
                      effects_new)
 SELECT 'billing', 'b-' || b, gen_random_uuid(),
        now() - (:n_batches - b) * interval '5 minutes', :per_batch, :per_batch, :per_batch
 FROM generate_series(1, :n_batches) b;
 
 INSERT INTO effects (idempotency_key, job, batch_id, endpoint, recipient, payload,
-                     payload_sha256, state, attempts, created_at, updated_at, delivered_at,
+                     payload_sha256, state, attempt_count, created_at, updated_at, delivered_at,
                      next_attempt_at)
 SELECT encode(sha256(convert_to('effect-' || i, 'UTF8')), 'hex'),
        'billing', 'b-' || ((i - 1) / :per_batch + 1), 'billing-webhook',

@@ -1,7 +1,7 @@
 """Realistic rows for API tests, written the way the dispatcher and the sink write them.
 
 ``enqueue()`` for effects outside Spark; a batch marker plus effect rows for a
-Spark batch; ``delivery_attempts`` rows with the outcomes of interfaces.md.
+Spark batch; ``delivery_attempts`` rows with the outcomes of docs/design.md.
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def add_effect(
     """An effect enqueued by a non-Spark producer (pending, due now)."""
     key = effect_key("test", name)
     enqueue(
-        conn, key=key, endpoint=endpoint, payload=payload or {"name": name}, recipient=recipient
+        conn,
+        idempotency_key=key,
+        endpoint=endpoint,
+        payload=payload or {"name": name},
+        recipient=recipient,
     )
     row_id = conn.execute(sa.select(effects.c.id).where(effects.c.idempotency_key == key))
     return Built(key=key, id=row_id.scalar_one())
@@ -52,7 +56,7 @@ def add_batch(
         sa.insert(batches).values(
             job=job,
             batch_id=batch_id,
-            attempt_id=uuid.uuid4(),
+            run_id=uuid.uuid4(),
             effects_total=len(rows),
             effects_new=len(rows),
             result_rows=len(rows),
@@ -92,8 +96,8 @@ def add_attempt(
     attempt = conn.execute(
         sa.update(effects)
         .where(effects.c.id == effect.id)
-        .values(attempts=effects.c.attempts + 1)
-        .returning(effects.c.attempts)
+        .values(attempt_count=effects.c.attempt_count + 1)
+        .returning(effects.c.attempt_count)
     ).scalar_one()
     started = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=minutes_ago)
     conn.execute(

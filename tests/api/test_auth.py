@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from api.app import create_app
 from dispatcher import tokens
-from dispatcher.errors import Conflict, InvalidEffect
+from dispatcher.errors import Conflict, InvalidRequest
 from dispatcher.settings import Settings
 from outbox.tools import scratch
 from tests.api.conftest import Tokens
@@ -82,7 +82,7 @@ def test_only_the_token_hash_is_stored(engine: Engine) -> None:
 
 
 def test_token_creation_checks_role_and_name(engine: Engine) -> None:
-    with pytest.raises(InvalidEffect, match="role"), engine.begin() as conn:
+    with pytest.raises(InvalidRequest, match="role"), engine.begin() as conn:
         tokens.create(conn, name="x", role="admin")
     with engine.begin() as conn:
         tokens.create(conn, name="x", role="support")

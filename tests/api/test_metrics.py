@@ -6,6 +6,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
+from dispatcher.metrics import Metrics
 from tests.api.builders import story
 from tests.api.conftest import Tokens
 
@@ -18,7 +19,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def test_metrics_expose_queue_depth_and_oldest_pending_age(
+def test_metrics_expose_the_dispatchers_queue_depth_and_oldest_due_age(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
     story(engine)
@@ -28,7 +29,11 @@ def test_metrics_expose_queue_depth_and_oldest_pending_age(
     samples = _samples(response.text)
     assert samples[("outbox_effects", (("state", "pending"),))] == 3
     assert samples[("outbox_effects", (("state", "dead"),))] == 1
-    assert samples[("outbox_oldest_pending_age_seconds", ())] >= 0
+    assert samples[("outbox_queue_depth", ())] == 3
+    assert samples[("outbox_oldest_due_age_seconds", ())] >= 0
+    # The same names (and query) as every dispatcher's own /metrics.
+    worker_names = {m.name for m in Metrics().registry.collect()}
+    assert {"outbox_queue_depth", "outbox_oldest_due_age_seconds"} <= worker_names
     assert samples[("outbox_live_workers", ())] == 1
     key = (
         "outbox_api_requests_total",

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from dispatcher import operations
-from dispatcher.errors import InvalidEffect
+from dispatcher.errors import InvalidRequest
 from tests.api.builders import add_attempt, add_effect, story
 from tests.api.conftest import Tokens, window
 
@@ -17,7 +17,8 @@ from tests.api.conftest import Tokens, window
 def _state(engine: Engine, key: str) -> tuple[str, int]:
     with engine.connect() as conn:
         row = conn.execute(
-            sa.text("SELECT state, attempts FROM effects WHERE idempotency_key = :k"), {"k": key}
+            sa.text("SELECT state, attempt_count FROM effects WHERE idempotency_key = :k"),
+            {"k": key},
         ).one()
     return row[0], row[1]
 
@@ -152,5 +153,5 @@ def test_operator_actions_are_append_only(
 
 
 def test_the_store_refuses_a_nul_in_a_reason_whoever_calls_it(engine: Engine) -> None:
-    with pytest.raises(InvalidEffect, match="reason"), engine.begin() as conn:
+    with pytest.raises(InvalidRequest, match="reason"), engine.begin() as conn:
         operations.cancel(conn, "0" * 64, actor="olga", reason="a\x00b")

@@ -20,7 +20,9 @@ def test_a_database_that_already_holds_effects_is_refused(db_url: str, tmp_path:
     try:
         insert_endpoint(engine, "someone-elses")
         with engine.begin() as conn:
-            enqueue(conn, key=effect_key("x", 1), endpoint="someone-elses", payload={"a": 1})
+            enqueue(
+                conn, idempotency_key=effect_key("x", 1), endpoint="someone-elses", payload={"a": 1}
+            )
     finally:
         engine.dispose()
     result = subprocess.run(

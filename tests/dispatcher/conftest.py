@@ -112,7 +112,7 @@ def fast(settings: Settings) -> Settings:
         settings,
         worker_id="test-worker",
         concurrency=16,
-        lease_seconds=5.0,
+        lease_s=5.0,
         poll_interval_s=0.1,
         heartbeat_interval_s=0.5,
         shutdown_timeout_s=5.0,

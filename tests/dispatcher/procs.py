@@ -21,7 +21,7 @@ def worker_env(db_url: str, **extra: str) -> dict[str, str]:
     env |= {
         "DATABASE_URL": db_url,
         "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8",
-        "OUTBOX_LEASE_SECONDS": "5",
+        "OUTBOX_LEASE_S": "5",
         "OUTBOX_POLL_INTERVAL_S": "0.2",
         "OUTBOX_HEARTBEAT_INTERVAL_S": "0.5",
         "OUTBOX_RETRY_SCHEDULE_S": "0,0.2,0.2",

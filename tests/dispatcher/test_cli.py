@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatcher import db
-from dispatcher.endpoints import signing_key
+from dispatcher.endpoints import secret_bytes
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from outbox.cli import main
@@ -42,7 +42,7 @@ def test_endpoints_add_list_show_pause_resume(
     )
     created = json.loads(capsys.readouterr().out)
     secret = created["signing_secret"]
-    assert secret.startswith("whsec_") and len(signing_key(secret)) >= 24
+    assert secret.startswith("whsec_") and len(secret_bytes(secret)) >= 24
     assert created["retry_schedule_s"] == [0.0, 5.0, 60.0]
 
     assert _cli(db_url, "endpoints", "list", "--json") == 0

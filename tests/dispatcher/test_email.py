@@ -64,7 +64,9 @@ def _mail(engine: Engine, port: int, *effects: tuple[str | None, dict[str, Any]]
         )
         for i, (recipient, payload) in enumerate(effects):
             key = effect_key("mail", i)
-            enqueue(conn, key=key, endpoint="mail", payload=payload, recipient=recipient)
+            enqueue(
+                conn, idempotency_key=key, endpoint="mail", payload=payload, recipient=recipient
+            )
             keys.append(key)
     return keys
 

@@ -10,7 +10,7 @@ from standardwebhooks import Webhook
 
 from dispatcher import retry, signing, ssrf
 from dispatcher.breaker import THRESHOLD, Breakers
-from dispatcher.endpoints import generate_signing_secret, signing_key
+from dispatcher.endpoints import generate_signing_secret, secret_bytes
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_signatures_verify_with_the_standardwebhooks_package() -> None:
     secret = generate_signing_secret()
     body = b'{"a": 1}'
     headers = signing.headers(
-        signing_key(secret), "k" * 64, int(dt.datetime.now().timestamp()), body
+        secret_bytes(secret), "k" * 64, int(dt.datetime.now().timestamp()), body
     )
     assert Webhook(secret).verify(body, headers) == {"a": 1}
     with pytest.raises(Exception, match=r"(?i)signature"):

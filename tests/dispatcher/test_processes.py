@@ -72,7 +72,7 @@ def test_kill_9_mid_send_is_delivered_later_with_the_same_webhook_id(
     receiver.script("/hook", Reply(200, delay_s=5.0), 200)
     _hook(engine, receiver.url())
     (key,) = procs.enqueue_many(engine, 1)
-    env = procs.worker_env(db_url, OUTBOX_LEASE_SECONDS="1.5")
+    env = procs.worker_env(db_url, OUTBOX_LEASE_S="1.5")
     victim = procs.start(env | {"OUTBOX_WORKER_ID": "victim"})
     procs.wait_for(lambda: len(receiver.seen()) == 1, 20, "the first send")
     victim.kill()
@@ -93,7 +93,7 @@ def test_a_zombie_worker_cannot_record_an_outcome(
     receiver.script("/hook", Reply(400, delay_s=1.0), 200)
     _hook(engine, receiver.url())
     (key,) = procs.enqueue_many(engine, 1)
-    env = procs.worker_env(db_url, OUTBOX_LEASE_SECONDS="1")
+    env = procs.worker_env(db_url, OUTBOX_LEASE_S="1")
     zombie = procs.start(env | {"OUTBOX_WORKER_ID": "zombie"})
     try:
         procs.wait_for(lambda: len(receiver.seen()) == 1, 20, "the zombie's send")
@@ -141,7 +141,7 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
     with engine.connect() as conn:
         leased = conn.execute(
             sa.text(
-                "SELECT count(*) FROM effects WHERE lease_token IS NOT NULL OR (attempts > 0"
+                "SELECT count(*) FROM effects WHERE lease_token IS NOT NULL OR (attempt_count > 0"
                 " AND state = 'pending')"
             )
         ).scalar()

@@ -20,7 +20,7 @@ def _enqueue(engine: Engine, n: int, endpoint: str = "hook") -> list[str]:
     with engine.begin() as conn:
         for i in range(n):
             key = effect_key("test", i)
-            enqueue(conn, key=key, endpoint=endpoint, payload={"i": i})
+            enqueue(conn, idempotency_key=key, endpoint=endpoint, payload={"i": i})
             keys.append(key)
     return keys
 
@@ -55,8 +55,8 @@ def test_claim_leases_due_effects_once(engine: Engine) -> None:
     assert len(first) == 3 and len(second) == 2
     assert not {c.id for c in first} & {c.id for c in second}
     assert store.claim(engine, "w3", 10, 30) == []
-    row = _state(engine, first[0].key)
-    assert row["state"] == "leased" and row["attempts"] == 1 and row["lease_owner"] == "w1"
+    row = _state(engine, first[0].idempotency_key)
+    assert row["state"] == "leased" and row["attempt_count"] == 1 and row["lease_owner"] == "w1"
     assert row["next_attempt_at"] == row["lease_expires_at"]
     assert json.loads(first[0].payload)["i"] in range(5)
 
@@ -107,12 +107,12 @@ def test_delivery_writes_the_key_ledger_and_retry_reschedules(engine: Engine) ->
     assert recorded == {(a.id, a.lease_token): True, (b.id, b.lease_token): True}
     with engine.connect() as conn:
         ledger = conn.execute(sa.text("SELECT idempotency_key FROM key_ledger")).scalars().all()
-    assert ledger == [a.key]
-    retried = _state(engine, b.key)
+    assert ledger == [a.idempotency_key]
+    retried = _state(engine, b.idempotency_key)
     assert retried["state"] == "pending" and retried["lease_token"] is None
     assert retried["last_error"] == "500"
     assert retried["next_attempt_at"] > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=250)
-    assert set(keys) == {a.key, b.key}
+    assert set(keys) == {a.idempotency_key, b.idempotency_key}
 
 
 def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:
@@ -120,7 +120,7 @@ def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:
     _enqueue(engine, 2)
     a, _ = store.claim(engine, "w1", 10, 30)
     store.record(engine, "w1", [_result(a, "gone", status_code=410, error="410 Gone")])
-    assert _state(engine, a.key)["state"] == "dead"
+    assert _state(engine, a.idempotency_key)["state"] == "dead"
     with engine.connect() as conn:
         ep = conn.execute(sa.text("SELECT enabled, paused_reason FROM endpoints")).one()
     assert ep == (False, "410 Gone")
@@ -143,11 +143,10 @@ def test_a_paused_endpoint_and_an_uncommitted_batch_are_not_claimed(engine: Engi
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO batches (job, batch_id, attempt_id) "
-                "VALUES ('j', 'b1', gen_random_uuid())"
+                "INSERT INTO batches (job, batch_id, run_id) VALUES ('j', 'b1', gen_random_uuid())"
             )
         )
-    assert [c.key for c in store.claim(engine, "w1", 10, 30)] == ["f" * 64]
+    assert [c.idempotency_key for c in store.claim(engine, "w1", 10, 30)] == ["f" * 64]
 
 
 def test_a_key_in_the_ledger_is_settled_without_sending(engine: Engine) -> None:
@@ -160,7 +159,7 @@ def test_a_key_in_the_ledger_is_settled_without_sending(engine: Engine) -> None:
         )
     assert store.claim(engine, "w1", 10, 30) == []
     row = _state(engine, key)
-    assert row["state"] == "delivered" and row["attempts"] == 0
+    assert row["state"] == "delivered" and row["attempt_count"] == 0
     assert "key ledger" in str(row["last_error"])
 
 
@@ -170,8 +169,8 @@ def test_release_hands_back_unsent_leases(engine: Engine) -> None:
     (c,) = store.claim(engine, "w1", 10, 30)
     assert store.release(engine, [store.Release(c.id, c.lease_token)]) == 1
     row = _state(engine, key)
-    assert row["state"] == "pending" and row["attempts"] == 0 and row["lease_owner"] is None
-    assert [x.key for x in store.claim(engine, "w2", 10, 30)] == [key]
+    assert row["state"] == "pending" and row["attempt_count"] == 0 and row["lease_owner"] is None
+    assert [x.idempotency_key for x in store.claim(engine, "w2", 10, 30)] == [key]
 
 
 def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
@@ -192,7 +191,7 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
         plan = (
             conn.execute(
                 sa.text("EXPLAIN " + store._Q["claim"].text),
-                {"worker_id": "w", "limit": 10, "lease_seconds": 30},
+                {"worker_id": "w", "limit": 10, "lease_s": 30},
             )
             .scalars()
             .all()

@@ -24,7 +24,12 @@ def _setup(engine: Engine, url: str, n: int = 1, **endpoint: Any) -> tuple[str, 
         _, secret = add_webhook(conn, name="hook", url=url, **endpoint)
         keys = [effect_key("t", i) for i in range(n)]
         for i, key in enumerate(keys):
-            enqueue(conn, key=key, endpoint="hook", payload={"n": i, "kind": "invoice.created"})
+            enqueue(
+                conn,
+                idempotency_key=key,
+                endpoint="hook",
+                payload={"n": i, "kind": "invoice.created"},
+            )
     return secret, keys
 
 
@@ -70,7 +75,7 @@ def test_500_then_success_is_retried_with_the_same_webhook_id(
     assert receiver.keys() == [key, key]
     assert [a["outcome"] for a in _attempts(engine)] == ["retry", "delivered"]
     assert _attempts(engine)[0]["response_excerpt"].startswith("HTTP 500")
-    assert _effect(engine, key)["attempts"] == 2
+    assert _effect(engine, key)["attempt_count"] == 2
 
 
 def test_429_retry_after_is_respected(engine: Engine, fast: Settings, receiver: Receiver) -> None:
@@ -115,7 +120,7 @@ def test_410_kills_the_effect_and_pauses_the_endpoint(
     # Handed back unsent: no attempt spent, due as soon as an operator resumes.
     for row in (_effect(engine, k) for k in keys):
         if row["state"] == "pending":
-            assert row["attempts"] == 0 and row["lease_token"] is None
+            assert row["attempt_count"] == 0 and row["lease_token"] is None
             assert row["next_attempt_at"] <= dt.datetime.now(dt.UTC)
 
 
@@ -160,8 +165,8 @@ def test_the_default_ssrf_guard_refuses_internal_addresses(
     with engine.begin() as conn:
         add_webhook(conn, name="loop", url=receiver.url())
         add_webhook(conn, name="meta", url="http://169.254.169.254/latest/meta-data")
-        enqueue(conn, key=effect_key("a", 1), endpoint="loop", payload={})
-        enqueue(conn, key=effect_key("a", 2), endpoint="meta", payload={})
+        enqueue(conn, idempotency_key=effect_key("a", 1), endpoint="loop", payload={})
+        enqueue(conn, idempotency_key=effect_key("a", 2), endpoint="meta", payload={})
     assert run_worker(dataclasses.replace(fast, ssrf_allow_networks=()), engine) == 0
     assert receiver.seen() == []
     attempts = _attempts(engine)
@@ -180,7 +185,7 @@ def test_a_delivered_key_is_never_sent_again(
     # Retention purges the effect; the same key is produced again.
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM effects"))
-        again = enqueue(conn, key=key, endpoint="hook", payload={"n": 0})
+        again = enqueue(conn, idempotency_key=key, endpoint="hook", payload={"n": 0})
     assert again.new is False
     assert run_worker(fast, engine) == 0
     assert receiver.keys() == [key]
@@ -201,14 +206,16 @@ def test_rate_limited_effects_never_wait_past_half_their_lease(
     engine: Engine, fast: Settings, receiver: Receiver
 ) -> None:
     _, keys = _setup(engine, receiver.url(), n=6, rate_limit_per_s=4.0)
-    short_lease = dataclasses.replace(fast, lease_seconds=1.0, concurrency=6)
+    short_lease = dataclasses.replace(fast, lease_s=1.0, concurrency=6)
     assert run_worker(short_lease, engine) == 0
     # Those that waited too long for a token were handed back, not sent late:
     # every key was sent exactly once and no attempt went unrecorded.
     assert sorted(receiver.keys()) == sorted(keys)
     with engine.connect() as conn:
         counted, logged = conn.execute(
-            sa.text("SELECT sum(attempts), (SELECT count(*) FROM delivery_attempts) FROM effects")
+            sa.text(
+                "SELECT sum(attempt_count), (SELECT count(*) FROM delivery_attempts) FROM effects"
+            )
         ).one()
     assert counted == logged == 6
     assert {_effect(engine, k)["state"] for k in keys} == {"delivered"}

@@ -52,7 +52,7 @@ def test_batch_commits_results_effects_and_counts(spark: Any, db_url: str, hook:
     assert {r[1:3] for r in table(hook, EFFECTS_SNAPSHOT)} == {("t", "b1")}
     assert marker(hook, "b1")["effects_new"] == 30
     assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
-    assert table(hook, "SELECT count(*) FROM staging_attempts")[0][0] == 0
+    assert table(hook, "SELECT count(*) FROM batch_runs")[0][0] == 0
 
 
 def test_replayed_batch_enqueues_nothing_and_changes_no_result(
@@ -78,7 +78,7 @@ def test_driver_path_and_executor_path_give_the_same_result(
     # chunks of 3 rows: the commit merges many chunks while executors still stage
     a = sink(db_url, path="executors", chunk_rows=3).write(results, effects, batch_id="b1")
     b = sink(other_url, path="driver").write(results, effects, batch_id="b1")
-    strip = ("attempt_id",)
+    strip = ("run_id",)
     assert {k: v for k, v in vars(a).items() if k not in strip} == {
         k: v for k, v in vars(b).items() if k not in strip
     }
@@ -149,7 +149,7 @@ def test_key_enqueued_by_enqueue_is_no_mismatch_for_the_same_payload(
 ) -> None:
     key = effect_key("order.created", 7)
     with hook.begin() as conn:
-        enqueue(conn, key=key, endpoint="hook", payload={"b": [1, 2.5, "é"], "a": None})
+        enqueue(conn, idempotency_key=key, endpoint="hook", payload={"b": [1, 2.5, "é"], "a": None})
     text = '{ "a" : null, "b": [1, 2.5, "\\u00e9"] }'  # same object, other spelling
     _, effects = _frames(spark, [(key, "hook", text, None)], [])
     outcome = sink(db_url, results=None).write(None, effects, batch_id="b1")
@@ -191,7 +191,7 @@ def test_two_racing_attempts_of_one_batch_commit_exactly_once(
     rival.join(timeout=60)
     assert (outcomes["a"].status, outcomes["b"].status) == ("committed", "lost_race")
     assert table(hook, "SELECT count(*) FROM effects")[0][0] == 25
-    assert marker(hook, "b1")["attempt_id"].hex == outcomes["a"].attempt_id.replace("-", "")
+    assert marker(hook, "b1")["run_id"].hex == outcomes["a"].run_id.replace("-", "")
     assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
 
 
@@ -244,20 +244,20 @@ def test_connection_killed_before_commit_is_retried_only_after_the_marker_says_s
     assert table(hook, "SELECT count(*) FROM effects")[0][0] == 6
 
 
-def test_abandoned_attempts_are_swept(spark: Any, db_url: str, hook: Engine) -> None:
+def test_abandoned_runs_are_swept(spark: Any, db_url: str, hook: Engine) -> None:
     with hook.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO staging_attempts (attempt_id, job, batch_id, started_at) VALUES "
+                "INSERT INTO batch_runs (run_id, job, batch_id, started_at) VALUES "
                 "('00000000-0000-0000-0000-000000000001', 't', 'old', now() - interval '2 hours');"
-                "INSERT INTO staged_effects (attempt_id, idempotency_key) VALUES "
+                "INSERT INTO staged_effects (run_id, idempotency_key) VALUES "
                 "('00000000-0000-0000-0000-000000000001', 'x')"
             )
         )
     results, effects = _frames(spark, effect_rows(1), [])
     sink(db_url).write(results, effects, batch_id="b1")
     assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
-    assert table(hook, "SELECT count(*) FROM staging_attempts")[0][0] == 0
+    assert table(hook, "SELECT count(*) FROM batch_runs")[0][0] == 0
 
 
 def test_foreach_batch_on_the_executor_path_commits_each_micro_batch(
