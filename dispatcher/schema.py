@@ -121,6 +121,9 @@ effects = sa.Table(
     sa.Column("payload", pg.JSONB, nullable=False),
     sa.Column("payload_sha256", sa.Text, nullable=False),
     sa.Column("ordering_key", sa.Text),
+    # A business reference a customer would quote (an invoice number): support
+    # finds effects by it. Optional; at most MAX_REFERENCE_CHARS.
+    sa.Column("reference", sa.Text),
     sa.Column("state", sa.Text, nullable=False, server_default="pending"),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     _ts("next_attempt_at", nullable=False, default_now=True),
@@ -156,6 +159,13 @@ effects = sa.Table(
         postgresql_where=sa.text("recipient IS NOT NULL"),
     ),
     sa.Index(None, "state", "created_at", "id"),
+    sa.Index(
+        None,
+        "reference",
+        "created_at",
+        "id",
+        postgresql_where=sa.text("reference IS NOT NULL"),
+    ),
 )
 
 delivery_attempts = sa.Table(

@@ -25,6 +25,7 @@ _CANONICAL = json.JSONEncoder(
 )
 MAX_RECIPIENT_CHARS = 1024
 MAX_ORDERING_KEY_CHARS = 512
+MAX_REFERENCE_CHARS = 200
 
 
 def check_key(key: object) -> str:
