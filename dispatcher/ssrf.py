@@ -6,21 +6,18 @@ DNS answer that changes between a check and the connect (rebinding) cannot slip
 past, and IP-literal URLs are covered too.
 
 An IPv6 address that carries an IPv4 address is judged by the IPv4 address it
-carries, so no wrapping smuggles an internal address past the guard:
-
-| form | embedded IPv4 | public IPv4 inside |
-|---|---|---|
-| IPv4-mapped ``::ffff:0:0/96`` | the last 32 bits | allowed (it is that IPv4 connection) |
-| NAT64 well-known ``64:ff9b::/96`` | the last 32 bits | allowed (DNS64 networks reach public IPv4 hosts so) |
-| 6to4 ``2002::/16`` | bits 16-48 | allowed (routed to that public IPv4 router) |
-| IPv4-compatible ``::/96`` | the last 32 bits | refused (deprecated, never routed) |
-| Teredo ``2001::/32`` | server and client | refused (a NAT-traversal tunnel, never a receiver) |
-| NAT64 local-use ``64:ff9b:1::/48`` | depends on the site's prefix length | refused, whatever it carries |
+carries, so no wrapping smuggles an internal address past the guard. Internal
+inside is always refused; public inside passes only where the form routes to
+that host: IPv4-mapped (``::ffff:0:0/96``), NAT64's well-known prefix
+(``64:ff9b::/96``, how DNS64 networks reach public IPv4 hosts) and 6to4
+(``2002::/16``). IPv4-compatible (``::/96``, deprecated, never routed), Teredo
+(``2001::/32``, a NAT-traversal tunnel) and NAT64's local-use prefix
+(``64:ff9b:1::/48``) are refused whatever they carry.
 
 An allow-listed IPv4 network admits its embedded forms too (every IPv4 address a
 form carries must be inside it); the local-use prefix is admitted only by
-allow-listing the IPv6 network itself, since the guard cannot know which IPv4
-address the site's translator derives from it.
+allow-listing the IPv6 network itself, since where the IPv4 address sits in it
+depends on the site's translator (docs/dispatcher.md has the table).
 """
 
 from __future__ import annotations
