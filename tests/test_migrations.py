@@ -11,8 +11,8 @@ from alembic.script import ScriptDirectory
 
 from dispatcher import db
 from dispatcher.schema import metadata
-from spark_jobs import billing_schema
 from outbox.tools import scratch
+from spark_jobs import billing_schema
 
 
 @pytest.fixture
