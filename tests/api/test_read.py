@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import io
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from dispatcher.schema import key_ledger
@@ -226,3 +229,39 @@ def test_csv_cells_cannot_smuggle_spreadsheet_formulas(
     )
     (row,) = list(csv.DictReader(io.StringIO(response.text)))
     assert row["recipient"] == '\'=HYPERLINK("http://evil")'
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
+OFFSETS = st.builds(
+    dt.timezone,
+    st.timedeltas(min_value=dt.timedelta(hours=-23.9), max_value=dt.timedelta(hours=23.9)),
+)
+IDS = st.integers() | st.sampled_from([0, -1, 2**63 - 1, 2**63, 10**30])
+# Arbitrary strings, and strings that get past base64 into the time and id parsing.
+CURSORS = (
+    TEXT
+    | st.builds(lambda at, ident: _b64(f"{at}|{ident}"), TEXT, TEXT)
+    | st.builds(lambda at, ident: _b64(f"{at.isoformat()}|{ident}"), st.datetimes(), IDS)
+    | st.builds(
+        lambda at, ident: _b64(f"{at.isoformat()}|{ident}"), st.datetimes(timezones=OFFSETS), IDS
+    )
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(cursor=CURSORS)
+def test_any_cursor_is_a_page_or_a_422_never_a_500(
+    client: TestClient, api_tokens: Tokens, cursor: str
+) -> None:
+    auth = api_tokens.auth("support")
+    params = {"recipient": "bob@example.com", "cursor": cursor, **window()}
+    page = client.get("/v1/effects", params=params, headers=auth)
+    assert page.status_code in (200, 422), (cursor, page.text)
+    if page.status_code == 422:
+        assert page.json()["detail"][0]["loc"][-1] == "cursor"
+    export = client.get("/v1/effects.csv", params=params, headers=auth)
+    assert export.status_code in (200, 422), (cursor, export.text)
