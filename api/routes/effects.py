@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -60,11 +61,29 @@ def export_effects(engine: EngineDep, _: Reader, flt: Filter) -> StreamingRespon
     )
 
 
-def _cell(value: object) -> object:
+_FORMULA_STARTS = ("=", "+", "-", "@")
+
+
+def spreadsheet_safe(value: object) -> object:
     """Neutralise spreadsheet formulas: a receiver's error text or a recipient that
-    starts with = + - @ would run as a formula in the support person's spreadsheet."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    starts with = + - @ would run as a formula in the support person's spreadsheet.
+
+    Spreadsheets skip leading whitespace and read full-width and other compatibility
+    forms (＝ ＋ － ＠, ﹦, ⁼ ...) as the ASCII sign, so the test looks past leading
+    whitespace and control or format characters and at the NFKC form of the first
+    character after them. A cell that starts with a tab or CR is neutralised too.
+    Neutralised cells get a leading ``'``: the spreadsheet shows them as text.
+    """
+    if not isinstance(value, str) or not value:
+        return value
+    if value[0] in ("\t", "\r"):
         return "'" + value
+    for char in value:
+        if char.isspace() or unicodedata.category(char) in ("Cc", "Cf"):
+            continue
+        if unicodedata.normalize("NFKC", char).startswith(_FORMULA_STARTS):
+            return "'" + value
+        break
     return value
 
 
@@ -73,7 +92,7 @@ def _csv_lines(engine: EngineDep, flt: EffectFilter) -> Iterator[str]:
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
     for n, effect in enumerate(audit.export(engine, flt), start=1):
-        writer.writerow([_cell(getattr(effect, c)) for c in CSV_COLUMNS])
+        writer.writerow([spreadsheet_safe(getattr(effect, c)) for c in CSV_COLUMNS])
         if n % 500 == 0:
             yield buffer.getvalue()
             buffer.seek(0)

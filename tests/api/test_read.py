@@ -6,13 +6,15 @@ import base64
 import csv
 import datetime as dt
 import io
+import unicodedata
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
+from api.routes.effects import spreadsheet_safe
 from dispatcher.schema import key_ledger
 from tests.api.builders import add_effect, story
 from tests.api.conftest import Tokens, window
@@ -220,15 +222,47 @@ def test_a_purged_key_still_answers_when_it_was_delivered(
 def test_csv_cells_cannot_smuggle_spreadsheet_formulas(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
+    recipients = ['=HYPERLINK("http://evil")', " \t=1+1", "＠SUM(A1)", "bob@example.com"]
     with engine.begin() as conn:
-        add_effect(conn, "formula", recipient='=HYPERLINK("http://evil")')
+        for n, recipient in enumerate(recipients):
+            add_effect(conn, f"formula-{n}", recipient=recipient)
     response = client.get(
         "/v1/effects.csv",
-        params={"recipient": '=HYPERLINK("http://evil")', **window()},
+        params={"endpoint": "billing-webhook", **window()},
         headers=api_tokens.auth("support"),
     )
-    (row,) = list(csv.DictReader(io.StringIO(response.text)))
-    assert row["recipient"] == '\'=HYPERLINK("http://evil")'
+    cells = {row["recipient"] for row in csv.DictReader(io.StringIO(response.text))}
+    assert cells == {'\'=HYPERLINK("http://evil")', "' \t=1+1", "'＠SUM(A1)", "bob@example.com"}
+
+
+# Every character whose NFKC form starts with = + - @ (full-width, small, super- and
+# subscript forms, ⩵ ⩶, the Hebrew alternative plus), written out as the specification.
+FORMULA_SIGNS = "=+-@⁺⁼₊₌⩵⩶﬩﹢﹣﹦﹫＋－＝＠"
+# What a spreadsheet skips before it looks for a sign: whitespace, controls, format chars.
+LEADING = st.text(st.sampled_from(" \t\r\n\x0b\x0c\x1f\u00a0\u2003\u3000\u200b\ufeff"), max_size=4)
+
+
+def _through_csv(cell: str) -> str:
+    """The cell as a spreadsheet would import it from the export."""
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerow([spreadsheet_safe(cell)])
+    (row,) = csv.reader(io.StringIO(buffer.getvalue(), newline=""))
+    return row[0]
+
+
+@given(LEADING, st.sampled_from(FORMULA_SIGNS), st.text(max_size=20))
+def test_a_cell_a_spreadsheet_would_evaluate_is_quoted(lead: str, sign: str, rest: str) -> None:
+    cell = lead + sign + rest
+    assert _through_csv(cell) == "'" + cell
+
+
+@given(st.text(max_size=30))
+def test_other_cells_pass_unchanged(text: str) -> None:
+    head = text.lstrip(" \t\r\n\x0b\x0c\x1c\x1d\x1e\x1f\x85\u00a0\u2000\u3000")
+    assume(not text.startswith(("\t", "\r")))
+    assume(all(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in head[:1]))
+    assume(not head.startswith(tuple(FORMULA_SIGNS)))
+    assert _through_csv(text) == text
 
 
 def _b64(text: str) -> str:
