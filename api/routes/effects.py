@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from api.deps import Conn, EngineDep, Reader, SettingsDep
+from api.deps import Conn, EngineDep, Reader, SettingsDep, masked_for
 from api.params import PAGE_LIMIT, Filter, Key
 from api.responses import LOOKUP_ERRORS, READ_ERRORS
 from api.schemas import EffectDetailPublic, EffectPagePublic
@@ -38,13 +38,19 @@ CSV_COLUMNS = (
 @router.get("/v1/effects", response_model=EffectPagePublic, responses=READ_ERRORS)
 def search_effects(
     conn: Conn,
-    _: Reader,
+    token: Reader,
+    settings: SettingsDep,
     flt: Filter,
     limit: Annotated[int, PAGE_LIMIT] = 100,
     cursor: Annotated[str | None, Query(max_length=200, description="next_cursor")] = None,
 ) -> EffectPagePublic:
-    """A keyset page, newest first. since/until are required (at most 31 days apart)."""
-    return EffectPagePublic.model_validate(audit.search(conn, flt, limit=limit, cursor=cursor))
+    """A keyset page, newest first. since/until are required (at most 31 days apart).
+
+    For the support role, last_error is masked as in the effect's detail."""
+    mask = masked_for(token, settings)
+    return EffectPagePublic.model_validate(
+        audit.search(conn, flt, limit=limit, cursor=cursor, mask=mask)
+    )
 
 
 @router.get(
@@ -52,10 +58,13 @@ def search_effects(
     response_class=StreamingResponse,
     responses={**READ_ERRORS, 200: {"content": {"text/csv": {}}}},
 )
-def export_effects(engine: EngineDep, _: Reader, flt: Filter) -> StreamingResponse:
-    """The search's matches as CSV, streamed (no payloads: they may be sensitive)."""
+def export_effects(
+    engine: EngineDep, token: Reader, settings: SettingsDep, flt: Filter
+) -> StreamingResponse:
+    """The search's matches as CSV, streamed (no payloads: they may be sensitive; for the
+    support role, last_error is masked as in the effect's detail)."""
     return StreamingResponse(
-        _csv_lines(engine, flt),
+        _csv_lines(engine, flt, masked_for(token, settings)),
         media_type="text/csv",
         headers={"Content-Disposition": 'attachment; filename="effects.csv"'},
     )
@@ -87,11 +96,11 @@ def spreadsheet_safe(value: object) -> object:
     return value
 
 
-def _csv_lines(engine: EngineDep, flt: EffectFilter) -> Iterator[str]:
+def _csv_lines(engine: EngineDep, flt: EffectFilter, mask: tuple[str, ...]) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
-    for n, effect in enumerate(audit.export(engine, flt), start=1):
+    for n, effect in enumerate(audit.export(engine, flt, mask=mask), start=1):
         writer.writerow([spreadsheet_safe(getattr(effect, c)) for c in CSV_COLUMNS])
         if n % 500 == 0:
             yield buffer.getvalue()
@@ -104,10 +113,9 @@ def _csv_lines(engine: EngineDep, flt: EffectFilter) -> Iterator[str]:
 def effect_detail(conn: Conn, token: Reader, settings: SettingsDep, key: Key) -> EffectDetailPublic:
     """The effect, its attempts as a timeline, and the batch marker that produced it.
 
-    Payload fields listed in OUTBOX_SENSITIVE_FIELDS are masked for the support role.
+    For the support role, the payload fields listed in OUTBOX_SENSITIVE_FIELDS are
+    masked, and so are their values wherever a receiver's text repeats them
+    (response excerpts, errors): docs/api.md has the rule.
     """
-    detail = EffectDetailPublic.model_validate(audit.effect_detail(conn, key))
-    if not token.is_operator and settings.sensitive_fields:
-        payload = audit.mask_payload(detail.effect.payload, settings.sensitive_fields)
-        detail.effect.payload = payload
-    return detail
+    detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
+    return EffectDetailPublic.model_validate(detail)

@@ -37,7 +37,7 @@ from fastapi import APIRouter, Cookie, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from api.deps import Conn, SettingsDep
+from api.deps import Conn, SettingsDep, masked_for
 from api.params import Key
 from dispatcher import audit, health, operations, tokens
 from dispatcher.errors import NotFound, OutboxError
@@ -224,11 +224,8 @@ def search(request: Request, conn: Conn, token: Session, q: str = "") -> Respons
 def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
-    detail = audit.effect_detail(conn, key)
-    payload = detail.effect.payload
-    if not token.is_operator:
-        payload = audit.mask_payload(payload, settings.sensitive_fields)
-    return _page(request, "effect.html", token=token, detail=detail, payload=payload)
+    detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
+    return _page(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
 
 
 @router.post("/effects/{key}/{action}")

@@ -6,6 +6,7 @@ import base64
 import csv
 import datetime as dt
 import io
+import json
 import unicodedata
 
 import sqlalchemy as sa
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from api.routes.effects import spreadsheet_safe
+from dispatcher import masking
 from dispatcher.schema import key_ledger
-from tests.api.builders import add_effect, story
+from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens, window
 
 
@@ -63,6 +65,51 @@ def test_sensitive_payload_fields_are_masked_for_support(
         f"/v1/effects/{built['delivered'].key}", headers=api_tokens.auth("support")
     ).json()
     assert body["effect"]["payload"] == {"invoice": "inv-1", "card": {"pan": "***"}}
+
+
+def test_receiver_text_is_masked_for_support_like_the_payload(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    """A receiver that echoes card.pan (sensitive) shows support ***: in a JSON excerpt
+    field by field, in prose, clipped mid-value, and in last_error of search and CSV."""
+    effect = leaky(engine)
+    support = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth("support")).json()
+    assert PAN[:4] not in json.dumps(support)
+    first, second = support["attempts"]
+    assert first["error"] == "HTTP 422: card *** declined"
+    head, body = first["response_excerpt"].split("\n\n", 1)
+    assert head.startswith("HTTP 422") and json.loads(body) == {
+        "error": "declined",
+        "card": {"pan": "***", "brand": "visa"},
+    }
+    assert second["response_excerpt"].endswith('{"card": {"pan": "***')
+    assert support["effect"]["last_error"] == "HTTP 500: upstream said pan=***"
+    params = {"recipient": "dora@example.com", **window()}
+    auth = api_tokens.auth("support")
+    (found,) = client.get("/v1/effects", params=params, headers=auth).json()["items"]
+    assert found["last_error"] == "HTTP 500: upstream said pan=***"
+    exported = client.get("/v1/effects.csv", params=params, headers=auth).text
+    assert "pan=***" in exported and PAN not in exported
+    operator = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth("operator"))
+    assert operator.json()["attempts"][0]["error"] == f"HTTP 422: card {PAN} declined"
+
+
+SAFE_TEXT = st.text(
+    st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters="*"), max_size=30
+)
+VALUES = st.text(alphabet="0123456789abcXYZ-@.", min_size=5, max_size=24)
+
+
+@given(VALUES, SAFE_TEXT, SAFE_TEXT)
+def test_a_masked_value_never_survives_in_outside_text(value: str, before: str, after: str) -> None:
+    payload = {"customer": {"email": value}, "lines": [{"pan": value}]}
+    paths = ["customer.email", "lines.pan"]
+    values = masking.masked_values(payload, paths)
+    for text in (before + value + after, before + value.upper() + after):
+        masked = masking.mask_text(text, paths, values)
+        assert masked is not None and value.lower() not in masked.lower(), text
+    clipped = masking.mask_text(before + value[:-1], paths, values)
+    assert clipped is not None and clipped.endswith("***"), clipped
 
 
 def test_batch_effect_links_its_marker(

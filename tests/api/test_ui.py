@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from api.app import create_app
 from dispatcher import tokens
 from dispatcher.settings import Settings
-from tests.api.builders import add_effect, story
+from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens
 
 SESSION = "outbox_session"
@@ -139,6 +139,18 @@ def test_values_are_escaped(client: TestClient, api_tokens: Tokens, engine: Engi
     page = client.get(f"/ui/effects/{effect.key}").text
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_effect_page_masks_what_receivers_echoed_for_support(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    effect = leaky(engine)
+    _sign_in(client, api_tokens.support)
+    page = client.get(f"/ui/effects/{effect.key}").text
+    assert PAN[:4] not in page
+    assert "HTTP 422: card *** declined" in page and "upstream said pan=***" in page
+    _sign_in(client, api_tokens.operator)
+    assert f"HTTP 422: card {PAN} declined" in client.get(f"/ui/effects/{effect.key}").text
 
 
 def test_buttons_are_for_operators_and_need_the_csrf_token(
