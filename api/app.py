@@ -62,11 +62,13 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.middleware("http")
-    async def count_requests(
+    async def count_requests_and_secure_ui(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         started = time.perf_counter()
         response = await call_next(request)
+        if request.url.path.startswith("/ui"):
+            response.headers.update(ui.SECURITY_HEADERS)
         route = request.scope.get("route")
         template = getattr(route, "path", "unmatched")
         metrics.observe(request.method, template, response.status_code, started)

@@ -56,3 +56,9 @@ async def operator(token: Annotated[tokens.Token, Depends(authenticated)]) -> to
 
 Reader = Annotated[tokens.Token, Depends(authenticated)]
 Operator = Annotated[tokens.Token, Depends(operator)]
+
+
+def masked_for(token: tokens.Token, settings: Settings) -> tuple[str, ...]:
+    """The payload paths ``audit`` masks for this token: the sensitive fields for the
+    support role (in payloads and in the receivers' text), none for operators."""
+    return () if token.is_operator else settings.sensitive_fields

@@ -7,7 +7,6 @@ an index (tests/api/test_audit_plans.py proves it with EXPLAIN).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as dt
 import functools
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
+from dispatcher import masking
 from dispatcher.errors import NotFound
 from dispatcher.filters import Cursor, EffectFilter, check_limit
 from dispatcher.sqlfile import queries_beside
@@ -23,7 +23,7 @@ from dispatcher.sqlfile import queries_beside
 _Q = queries_beside(__file__, "audit.sql")
 
 MAX_ATTEMPTS_SHOWN = 500
-MASK = "***"
+EXPORT_CHUNK = 500  # rows masked together (one payload lookup per chunk)
 
 T = TypeVar("T")
 
@@ -125,7 +125,9 @@ class OperatorAction:
     details: dict[str, Any]
 
 
-def effect_detail(conn: Connection, key: str) -> EffectDetail:
+def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> EffectDetail:
+    """The effect with its attempts and marker; ``mask``: the support role's view
+    (``masking``: the payload and every text that came from outside)."""
     row = conn.execute(_Q["effect_by_key"], {"key": key}).mappings().first()
     if row is None:
         ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
@@ -149,7 +151,48 @@ def effect_detail(conn: Connection, key: str) -> EffectDetail:
         ).mappings()
         found = marker.first()
         batch = from_row(BatchMarker, found) if found is not None else None
-    return EffectDetail(effect=effect, attempts=attempts, batch=batch)
+    detail = EffectDetail(effect=effect, attempts=attempts, batch=batch)
+    return _masked_detail(detail, mask) if mask else detail
+
+
+def _masked_detail(detail: EffectDetail, paths: Sequence[str]) -> EffectDetail:
+    values = masking.masked_values(detail.effect.payload, paths)
+
+    def text(value: str | None) -> str | None:
+        return masking.mask_text(value, paths, values)
+
+    effect = dataclasses.replace(
+        detail.effect,
+        payload=masking.mask_payload(detail.effect.payload, paths),
+        last_error=text(detail.effect.last_error),
+    )
+    attempts = [
+        dataclasses.replace(a, error=text(a.error), response_excerpt=text(a.response_excerpt))
+        for a in detail.attempts
+    ]
+    return dataclasses.replace(detail, effect=effect, attempts=attempts)
+
+
+def _masked_summaries(
+    conn: Connection, items: list[EffectSummary], paths: Sequence[str]
+) -> list[EffectSummary]:
+    """``last_error`` masked with each effect's own payload (one lookup by primary key)."""
+    ids = [e.id for e in items if e.last_error]
+    if not ids:
+        return items
+    rows = conn.execute(_Q["payloads_by_id"], {"ids": ids})
+    payloads: dict[int, dict[str, Any]] = {r.id: r.payload for r in rows}
+    return [
+        dataclasses.replace(
+            e,
+            last_error=masking.mask_text(
+                e.last_error, paths, masking.masked_values(payloads.get(e.id, {}), paths)
+            ),
+        )
+        if e.last_error
+        else e
+        for e in items
+    ]
 
 
 def _search_params(flt: EffectFilter, limit: int | None, cursor: Cursor | None) -> dict[str, Any]:
@@ -161,20 +204,30 @@ def _search_params(flt: EffectFilter, limit: int | None, cursor: Cursor | None) 
 
 
 def search(
-    conn: Connection, flt: EffectFilter, *, limit: int = 100, cursor: str | None = None
+    conn: Connection,
+    flt: EffectFilter,
+    *,
+    limit: int = 100,
+    cursor: str | None = None,
+    mask: Sequence[str] = (),
 ) -> EffectPage:
     """One keyset page; ``next_cursor`` is None on the last page."""
     limit = check_limit(limit)
     after = Cursor.decode(cursor) if cursor else None
     rows = conn.execute(_Q["search_effects"], _search_params(flt, limit + 1, after)).mappings()
     items = [from_row(EffectSummary, r) for r in rows]
-    if len(items) <= limit:
-        return EffectPage(items=items, next_cursor=None)
-    last = items[limit - 1]
-    return EffectPage(items=items[:limit], next_cursor=Cursor(last.created_at, last.id).encode())
+    next_cursor = None
+    if len(items) > limit:
+        items = items[:limit]
+        next_cursor = Cursor(items[-1].created_at, items[-1].id).encode()
+    if mask:
+        items = _masked_summaries(conn, items, mask)
+    return EffectPage(items=items, next_cursor=next_cursor)
 
 
-def export(engine: Engine, flt: EffectFilter) -> Iterator[EffectSummary]:
+def export(
+    engine: Engine, flt: EffectFilter, *, mask: Sequence[str] = ()
+) -> Iterator[EffectSummary]:
     """Every matching effect, streamed from a server-side cursor (the CSV export).
 
     Opens its own connection because the rows outlive the request's unit of work.
@@ -183,8 +236,9 @@ def export(engine: Engine, flt: EffectFilter) -> Iterator[EffectSummary]:
         result = conn.execution_options(stream_results=True, max_row_buffer=1000).execute(
             _Q["search_effects"], _search_params(flt, None, None)
         )
-        for row in result.mappings():
-            yield from_row(EffectSummary, row)
+        for rows in result.mappings().partitions(EXPORT_CHUNK):
+            items = [from_row(EffectSummary, r) for r in rows]
+            yield from _masked_summaries(conn, items, mask) if mask else items
 
 
 def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
@@ -211,28 +265,3 @@ def operator_actions(
         _Q["operator_actions"], {"limit": check_limit(limit), "before_id": before_id}
     )
     return [from_row(OperatorAction, r) for r in rows.mappings()]
-
-
-def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
-    """A copy of the payload with each dotted path's value replaced by ``***``.
-
-    Paths that do not exist are ignored; a path through a list masks the field
-    in every element (``lines.email`` masks ``lines[i].email``).
-    """
-    masked = copy.deepcopy(payload)
-    for path in paths:
-        _mask(masked, path.split("."))
-    return masked
-
-
-def _mask(node: Any, parts: list[str]) -> None:
-    if isinstance(node, list):
-        for item in node:
-            _mask(item, parts)
-        return
-    if not isinstance(node, dict) or parts[0] not in node:
-        return
-    if len(parts) == 1:
-        node[parts[0]] = MASK
-    else:
-        _mask(node[parts[0]], parts[1:])

@@ -72,3 +72,7 @@ FROM operator_actions
 WHERE CAST(:before_id AS bigint) IS NULL OR id < :before_id
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: payloads_by_id
+-- The payloads of a page of effects, to mask their last_error for the support role (pkey).
+SELECT id, payload FROM effects WHERE id = ANY(CAST(:ids AS bigint[]));

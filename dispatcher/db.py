@@ -18,6 +18,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 
+from dispatcher import pgterse
 from dispatcher.errors import ConfigurationError, DatabaseUnavailable
 
 # Alembic targets: the outbox schema, the example's table, or both.
@@ -60,7 +61,7 @@ def create_engine(
     """A pooled engine. ``pre_ping=False`` for callers that retry every call on a
     lost connection (the dispatcher's DbCalls): the ping is one more round trip
     per checkout, measured at ~6 % of a dispatcher's samples under load."""
-    return sa.create_engine(
+    engine = sa.create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
@@ -69,6 +70,15 @@ def create_engine(
         hide_parameters=True,
         connect_args={"application_name": application_name},
     )
+    return terse_errors(engine)
+
+
+def terse_errors(engine: Engine) -> Engine:
+    """Every connection of ``engine`` gets terse error messages (``pgterse``): with
+    ``hide_parameters=True``, no error text carries a bound value. Every engine the
+    project creates goes through here."""
+    sa.event.listen(engine, "connect", lambda conn, _record: pgterse.make_terse(conn))
+    return engine
 
 
 def connection_lost(exc: BaseException) -> bool:

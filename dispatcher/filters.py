@@ -18,6 +18,7 @@ from dispatcher.schema import EFFECT_STATES
 
 MAX_RANGE_DAYS = 31
 MAX_PAGE = 500
+_MAX_BIGINT = 2**63 - 1
 
 
 class InvalidFilter(InvalidRequest):
@@ -35,14 +36,21 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
+        """The cursor, or ``InvalidFilter`` (a 422): whatever a client sends, nothing
+        reaches the database that it would refuse (a naive or out-of-range time, an id
+        beyond bigint)."""
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
             at, ident = raw.split("|")
             created_at = dt.datetime.fromisoformat(at)
             if created_at.tzinfo is None:
                 raise ValueError("naive")
-            return cls(created_at=created_at, id=int(ident))
-        except (ValueError, UnicodeDecodeError) as exc:
+            row_id = int(ident)
+            if not 0 < row_id <= _MAX_BIGINT:
+                raise ValueError("id out of range")
+            # UTC: an offset with seconds would not survive the trip to PostgreSQL.
+            return cls(created_at=created_at.astimezone(dt.UTC), id=row_id)
+        except (ValueError, UnicodeDecodeError, OverflowError) as exc:
             raise InvalidFilter(
                 "cursor", "is not a cursor this API issued", "pass next_cursor unchanged"
             ) from exc

@@ -43,6 +43,15 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         ) from exc
 
 
+def _env_flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ConfigurationError(f"{name}={raw!r} is not a flag; set it to 1 or 0")
+
+
 def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     raw = env.get(name, "")
     return tuple(item.strip() for item in raw.split(",") if item.strip())
@@ -87,6 +96,9 @@ class Settings:
     api_port: int = 8000
     # Payload fields masked for the support role (dotted paths, e.g. "customer.email").
     sensitive_fields: tuple[str, ...] = ()
+    # The support page's cookies lose their Secure flag: only for plain HTTP on a
+    # developer's machine (the demo sets it), never behind a real deployment.
+    ui_insecure_cookie: bool = False
     log_format: str = "json"
     log_level: str = "INFO"
 
@@ -122,6 +134,7 @@ class Settings:
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),
+            ui_insecure_cookie=_env_flag(env, "OUTBOX_UI_INSECURE_COOKIE"),
             log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
             log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
         )

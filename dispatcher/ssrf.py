@@ -4,6 +4,20 @@ The check runs in the socket factory the HTTP connector calls for every address
 it is about to connect to, so it judges the address actually connected to: a
 DNS answer that changes between a check and the connect (rebinding) cannot slip
 past, and IP-literal URLs are covered too.
+
+An IPv6 address that carries an IPv4 address is judged by the IPv4 address it
+carries, so no wrapping smuggles an internal address past the guard. Internal
+inside is always refused; public inside passes only where the form routes to
+that host: IPv4-mapped (``::ffff:0:0/96``), NAT64's well-known prefix
+(``64:ff9b::/96``, how DNS64 networks reach public IPv4 hosts) and 6to4
+(``2002::/16``). IPv4-compatible (``::/96``, deprecated, never routed), Teredo
+(``2001::/32``, a NAT-traversal tunnel) and NAT64's local-use prefix
+(``64:ff9b:1::/48``) are refused whatever they carry.
+
+An allow-listed IPv4 network admits its embedded forms too (every IPv4 address a
+form carries must be inside it); the local-use prefix is admitted only by
+allow-listing the IPv6 network itself, since where the IPv4 address sits in it
+depends on the site's translator (docs/dispatcher.md has the table).
 """
 
 from __future__ import annotations
@@ -18,6 +32,11 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Beyond what ``ipaddress`` flags: CGNAT (shared address space) is not "private" there.
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_COMPATIBLE = ipaddress.ip_network("::/96")
+# Forms refused even when the IPv4 address inside is public (see the table above).
+_NEVER_PUBLIC = {"IPv4-compatible": "deprecated, never routed", "Teredo": "a NAT-traversal tunnel"}
 
 
 class SsrfRefused(OSError):
@@ -30,11 +49,37 @@ class SsrfRefused(OSError):
         self.reason = reason
 
 
+def embedded_ipv4(
+    address: ipaddress.IPv6Address,
+) -> tuple[str, tuple[ipaddress.IPv4Address, ...]] | None:
+    """The form's name and the IPv4 addresses an IPv6 address carries (None: none)."""
+    if address.ipv4_mapped is not None:
+        return "IPv4-mapped", (address.ipv4_mapped,)
+    if address in _NAT64:
+        return "NAT64", (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
+    if address.sixtofour is not None:
+        return "6to4", (address.sixtofour,)
+    if address.teredo is not None:
+        return "Teredo", address.teredo
+    # :: and ::1 are the unspecified and loopback addresses, not IPv4-compatible ones.
+    if address in _COMPATIBLE and int(address) > 1:
+        return "IPv4-compatible", (ipaddress.IPv4Address(int(address)),)
+    return None
+
+
 def forbidden_reason(address: Address) -> str | None:
     """Why ``address`` is internal (None when it is a public unicast address)."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        inner = forbidden_reason(address.ipv4_mapped)
-        return f"IPv4-mapped {inner}" if inner else None
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in _NAT64_LOCAL:
+            return "in the NAT64 local-use prefix (a site's own translator)"
+        embedded = embedded_ipv4(address)
+        if embedded is not None:
+            form, inner = embedded
+            for ipv4 in inner:
+                reason = forbidden_reason(ipv4)
+                if reason is not None:
+                    return f"{form} {reason}"
+            return f"{form} ({_NEVER_PUBLIC[form]})" if form in _NEVER_PUBLIC else None
     checks = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -50,11 +95,17 @@ def forbidden_reason(address: Address) -> str | None:
     return None
 
 
+def _allowed(ip: Address, allow: Sequence[Network]) -> bool:
+    if any(ip in net for net in allow):
+        return True
+    embedded = embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+    return embedded is not None and all(any(v4 in net for net in allow) for v4 in embedded[1])
+
+
 def check(address: str, allow: Sequence[Network]) -> None:
     """Raise ``SsrfRefused`` unless ``address`` is public or inside an allowed network."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    if any(ip in net or (mapped is not None and mapped in net) for net in allow):
+    if _allowed(ip, allow):
         return
     reason = forbidden_reason(ip)
     if reason is not None:

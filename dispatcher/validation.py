@@ -128,10 +128,11 @@ def _preview(value: Any) -> str:
 MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
 # One address, the common addr-spec: local@domain, no display name, no list, no
 # comments, no whitespace or control characters anywhere.
+# (fullmatch and \Z, never $: $ also matches before a trailing newline.)
 _ADDRESS = re.compile(
-    r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@"
-    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@"
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+"
 )
 _HEADER_BREAKING = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
 
@@ -142,7 +143,7 @@ def check_recipient_address(recipient: object) -> str:
         raise InvalidEffect(
             "recipient", "is missing", "e-mail effects need one address, e.g. 'ada@example.com'"
         )
-    if not isinstance(recipient, str) or not _ADDRESS.match(recipient):
+    if not isinstance(recipient, str) or not _ADDRESS.fullmatch(recipient):
         raise InvalidEffect(
             "recipient",
             f"{_preview(recipient)} is not exactly one e-mail address",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatcher import logs
-from dispatcher.errors import OutboxError
+from dispatcher.errors import ConfigurationError, OutboxError
 from dispatcher.settings import Settings
 
 COMMAND_MODULES = [
@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--database-url",
-        help="PostgreSQL URL (default: $DATABASE_URL, else a private cluster under --state-dir)",
+        help="PostgreSQL URL without a password (ps shows it to every user: put a URL "
+        "with a password in $DATABASE_URL); default: $DATABASE_URL, else a private "
+        "cluster under --state-dir",
     )
     parser.add_argument(
         "--state-dir", help="local state directory (default: $OUTBOX_STATE_DIR or .outbox)"
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
     if args.database_url:
-        overrides["database_url"] = args.database_url
+        overrides["database_url"] = _without_password(args.database_url)
     if args.state_dir:
         from pathlib import Path
 
@@ -62,6 +64,25 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.log_level:
         overrides["log_level"] = args.log_level
     return Settings.from_env(**overrides)
+
+
+def _without_password(url: str) -> str:
+    """Refuse a password on the command line: ``ps`` and /proc show every process's
+    arguments to every user, while its environment is private to its owner."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigurationError(f"--database-url: {exc}") from None
+    if parsed.password or "password" in parsed.query:
+        raise ConfigurationError(
+            "--database-url carries a password, which ps shows to every user of this "
+            "machine; put the URL in DATABASE_URL instead, or leave the password out of "
+            "the URL and give it in PGPASSWORD or ~/.pgpass"
+        )
+    return url
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,8 +4,10 @@ Pause and resume take a reason and are recorded in ``operator_actions`` (actor
 ``cli:<login>``), as the API's operator routes are.
 
 A webhook's signing secret is printed once, on creation, and never again.
-SMTP passwords are read from an environment variable, never from the command
-line (where ``ps`` would show them).
+Secrets come from standard input (``--secret-stdin``, ``--smtp-password-stdin``:
+the first line) or from a named environment variable (``--secret-env``,
+``--smtp-password-env``), not from the command line, where ``ps`` shows them
+to every user; ``--secret VALUE`` still works for old scripts and says so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import getpass
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +34,10 @@ def register(sub: Any) -> None:
     hook = kinds.add_parser("webhook", help="an HTTP endpoint, signed (Standard Webhooks)")
     hook.add_argument("name")
     hook.add_argument("--url", required=True)
-    hook.add_argument("--secret", help="whsec_... (default: generated and printed once)")
+    given = hook.add_mutually_exclusive_group()
+    given.add_argument("--secret-stdin", action="store_true", help="read whsec_... from stdin")
+    given.add_argument("--secret-env", metavar="VAR", help="an env variable holding whsec_...")
+    given.add_argument("--secret", help="whsec_... (visible to ps: prefer --secret-stdin)")
     _policy_args(hook)
     hook.set_defaults(handler=add_webhook)
     mail = kinds.add_parser("email", help="an SMTP server and From address")
@@ -41,7 +47,9 @@ def register(sub: Any) -> None:
     mail.add_argument("--mail-from", required=True)
     mail.add_argument("--smtp-tls", choices=["none", "starttls", "tls"], default="none")
     mail.add_argument("--smtp-username")
-    mail.add_argument("--smtp-password-env", help="name of an env variable holding the password")
+    password = mail.add_mutually_exclusive_group()
+    password.add_argument("--smtp-password-stdin", action="store_true", help="read it from stdin")
+    password.add_argument("--smtp-password-env", metavar="VAR", help="an env variable holding it")
     _policy_args(mail)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
@@ -95,7 +103,23 @@ def _engine(settings: Settings) -> Any:
     return db.create_engine(database_url(settings), pool_size=1)
 
 
+def _secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
+    """A secret from stdin's first line or a named environment variable (None: neither)."""
+    if from_stdin:
+        value = sys.stdin.readline().rstrip("\r\n")
+        if not value:
+            raise ConfigurationError(f"{option}-stdin: standard input is empty; pipe the value in")
+        return value
+    if env_name:
+        value = os.environ.get(env_name)
+        if value is None:
+            raise ConfigurationError(f"{option}-env {env_name}: that variable is not set")
+        return value
+    return None
+
+
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
+    given = _secret("--secret", args.secret_stdin, args.secret_env) or args.secret
     engine = _engine(settings)
     try:
         with engine.begin() as conn:
@@ -103,25 +127,19 @@ def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
                 conn,
                 name=args.name,
                 url=args.url,
-                signing_secret=args.secret,
+                signing_secret=given,
                 timeout_s=args.timeout_s,
                 retry_schedule_s=_schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
             )
     finally:
         engine.dispose()
-    _print(endpoint, args.json, secret=None if args.secret else secret)
+    _print(endpoint, args.json, secret=None if given else secret)
     return 0
 
 
 def add_email(args: argparse.Namespace, settings: Settings) -> int:
-    password = None
-    if args.smtp_password_env:
-        password = os.environ.get(args.smtp_password_env)
-        if password is None:
-            raise ConfigurationError(
-                f"--smtp-password-env {args.smtp_password_env}: that variable is not set"
-            )
+    password = _secret("--smtp-password", args.smtp_password_stdin, args.smtp_password_env)
     engine = _engine(settings)
     try:
         with engine.begin() as conn:

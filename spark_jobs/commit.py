@@ -76,11 +76,14 @@ class BatchOutcome:
 
 def engine_for(url: str) -> Engine:
     """No pool: each phase gets a fresh connection, a lost one is never reused."""
-    return sa.create_engine(
+    engine = sa.create_engine(
         db.sqlalchemy_url(url),
         poolclass=NullPool,
+        # Errors never carry bound values (payloads), as dispatcher.db's engines.
+        hide_parameters=True,
         connect_args={"application_name": "spark-outbox-commit"},
     )
+    return db.terse_errors(engine)
 
 
 def read_outcome(engine: Engine, job: str, batch_id: str, status: str) -> BatchOutcome | None:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from dispatcher.errors import InvalidEffect
+from dispatcher.pgterse import make_terse
 from dispatcher.validation import (
     MAX_ORDERING_KEY_CHARS,
     MAX_RECIPIENT_CHARS,
@@ -246,6 +247,7 @@ def stage_partition(
         task_id = context.taskAttemptId() if context is not None else 0
         conn = psycopg2.connect(dsn, application_name=f"spark-outbox-stage-{kind}")
         try:
+            make_terse(conn)  # a failed COPY's message would quote the row
             with conn, conn.cursor() as cur:
                 count = stage(cur, kind, batches, run_id, task_id, chunk_rows)
         finally:

@@ -8,6 +8,7 @@ reused) from the machine's PostgreSQL binaries.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,24 @@ from outbox.tools import scratch
 from outbox.tools.pgcluster import PrivateCluster
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Put the root logger back after each test.
+
+    ``outbox.cli.main`` configures logging for its process (a handler on the
+    current ``sys.stderr``). Called in-process, that stderr is the test's capture,
+    closed when the test ends; the handler left behind made py4j's goodbye at
+    interpreter exit print "--- Logging error --- ValueError: I/O operation on
+    closed file" after the Spark tests.
+    """
+    root, alembic = logging.getLogger(), logging.getLogger("alembic")
+    handlers, level, alembic_level = root.handlers[:], root.level, alembic.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    alembic.setLevel(alembic_level)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,11 @@ Uses its own state directory, so it never touches the cluster other tests share.
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -15,7 +19,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from outbox.tools.pgcluster import PrivateCluster
+from dispatcher.errors import DatabaseUnavailable
+from outbox.tools.pgcluster import SERVER_USER, PrivateCluster
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +106,73 @@ def test_cli_db_commands(tmp_path: Path, cluster: PrivateCluster) -> None:
     assert outbox("db", "stop").returncode == 0
     stopped = outbox("db", "status")
     assert stopped.returncode == 3 and "stopped" in stopped.stdout
+
+
+def test_state_files_are_for_the_owner_only(cluster: PrivateCluster) -> None:
+    """The log, the password in cluster.json and the data: 0600 files, 0700 directories
+    (as root the state directory is 0710 with the server user's group, so that user can
+    reach its data directory and list nothing)."""
+    cluster.ensure_running()
+    st = cluster.state_dir.stat()
+    if os.geteuid() == 0:
+        assert stat.S_IMODE(st.st_mode) == 0o710
+        assert st.st_gid == pwd.getpwnam(SERVER_USER).pw_gid
+    else:
+        assert stat.S_IMODE(st.st_mode) == 0o700
+    open_to_others = [
+        f"{path} {stat.S_IMODE(path.lstat().st_mode):o}"
+        for path in cluster.state_dir.rglob("*")
+        if path.lstat().st_mode & 0o077
+    ]
+    assert open_to_others == []
+    assert {"cluster.json", "cluster.lock", "postgres.log"} <= {
+        p.name for p in cluster.state_dir.iterdir()
+    }
+
+
+def _outbox_db(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", "--state-dir", str(state_dir), "db", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_status_and_stop_refuse_a_state_dir_someone_else_could_have_written(
+    tmp_path: Path,
+) -> None:
+    """cluster.json names the binaries status and stop run: a directory another user
+    owns or may write is refused before anything in it is read."""
+    requested = tmp_path / "state"
+    cluster = PrivateCluster(requested)
+    state = cluster.state_dir
+    (state / "pgdata").mkdir(parents=True)
+    (state / "pgdata" / "PG_VERSION").write_text("16\n")
+    planted = {"port": 1, "password": "x", "bin_dir": str(tmp_path / "planted")}
+    (state / "cluster.json").write_text(json.dumps(planted))
+    wrong = [("writable by group or others", lambda: state.chmod(0o777))]
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+
+        def other_owner() -> None:
+            state.chmod(0o700)
+            os.chown(state, nobody.pw_uid, nobody.pw_gid)
+
+        wrong.append((f"owned by uid {nobody.pw_uid}", other_owner))
+    try:
+        for problem, make_it_so in wrong:
+            make_it_so()
+            for action in (cluster.status, cluster.stop):
+                with pytest.raises(DatabaseUnavailable, match=problem):
+                    action()
+            for command in ("status", "stop"):
+                refused = _outbox_db(requested, command)
+                assert refused.returncode == 2, refused.stdout
+                assert f"refusing to trust {state}" in refused.stderr
+                assert problem in refused.stderr and "OUTBOX_STATE_DIR" in refused.stderr
+    finally:
+        shutil.rmtree(state)

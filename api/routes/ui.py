@@ -1,8 +1,26 @@
 """The support page: server-rendered HTML on the same store functions as the API.
 
-Sign-in puts the bearer token in an HttpOnly, SameSite=Strict cookie; every
-form that changes something carries a CSRF token derived from it
-(``tokens.csrf_token``). Jinja autoescapes every value. No JavaScript at all.
+Sign-in puts the bearer token in an HttpOnly, SameSite=Strict cookie, ``Secure``
+unless ``OUTBOX_UI_INSECURE_COOKIE`` is set for plain HTTP on a developer's
+machine. Jinja autoescapes every value. No JavaScript at all, and every /ui
+response says so to the browser (``SECURITY_HEADERS``: a CSP without scripts,
+no framing, no caching, no referrer).
+
+Every form that changes something carries a CSRF token:
+
+- signed in (requeue, cancel, sign-out): a token derived from the session's
+  bearer token (``tokens.csrf_token``); a cross-site page can read neither.
+- sign-in has no session yet: a double-submit token. Showing the form sets a
+  random value in a pre-session cookie (``__Host-`` prefixed when Secure, so no
+  sibling subdomain can plant one; HttpOnly, SameSite=Strict) and in a hidden
+  field; the sign-in must bring both, equal. A page on another site can neither
+  read nor set that cookie, and SameSite=Strict keeps the browser from sending
+  it along with a cross-site POST at all, so a forged sign-in (login CSRF: the
+  victim working under the attacker's token) fails. The value is random, not
+  derived from a server secret, so any API replica accepts any other's form.
+
+Sign-out can also revoke the signed-in token (``tokens.revoke``, as ``outbox
+tokens revoke`` does), for a token that may have leaked.
 """
 
 from __future__ import annotations
@@ -10,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import re
+import secrets
 from pathlib import Path
 from typing import Annotated
 
@@ -18,14 +37,27 @@ from fastapi import APIRouter, Cookie, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from api.deps import Conn, SettingsDep
+from api.deps import Conn, SettingsDep, masked_for
 from api.params import Key
 from dispatcher import audit, health, operations, tokens
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from dispatcher.settings import Settings
 
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")
+SESSION_S = 12 * 3600
+# What every /ui response says to the browser (api/app.py adds them).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
 
 templates = Jinja2Templates(
     env=jinja2.Environment(
@@ -53,24 +85,53 @@ Session = Annotated[tokens.Token, Depends(session)]
 SessionCookie = Annotated[str, Cookie(alias=COOKIE)]
 
 
+def _secure(settings: Settings) -> bool:
+    return not settings.ui_insecure_cookie
+
+
+def login_cookie(settings: Settings) -> str:
+    """The pre-session cookie's name: ``__Host-`` binds it to this host (Secure only)."""
+    return "__Host-outbox_login" if _secure(settings) else "outbox_login"
+
+
 def _page(request: Request, name: str, code: int = 200, **context: object) -> HTMLResponse:
     cookie = request.cookies.get(COOKIE)
     context["csrf"] = tokens.csrf_token(cookie) if cookie else ""
     return templates.TemplateResponse(request, name, context, status_code=code)
 
 
+def _login_page(request: Request, code: int, error: str | None) -> HTMLResponse:
+    """The sign-in form with a fresh double-submit token in a cookie and a hidden field."""
+    settings: Settings = request.app.state.settings
+    nonce = secrets.token_urlsafe(32)
+    plain_http = request.url.scheme == "http" and _secure(settings)
+    response = _page(
+        request, "login.html", code=code, error=error, login_csrf=nonce, plain_http=plain_http
+    )
+    response.set_cookie(
+        login_cookie(settings),
+        nonce,
+        httponly=True,
+        samesite="strict",
+        secure=_secure(settings),
+        path="/",
+        max_age=3600,
+    )
+    return response
+
+
 def error_page(request: Request, exc: OutboxError, status: int) -> Response:
     """Domain errors on /ui render a page; an unknown session sends you to sign in."""
-    if status == 401:
+    signing_in = request.url.path == "/ui/login"
+    if status == 401 or (status == 403 and signing_in):
         # A first visit has no cookie and tried nothing: show the form, not an error.
-        tried = request.cookies.get(COOKIE) or request.url.path == "/ui/login"
-        error = str(exc) if tried else None
-        return _page(request, "login.html", code=401, error=error)
+        tried = request.cookies.get(COOKIE) or signing_in
+        return _login_page(request, status, str(exc) if tried else None)
     return _page(request, "error.html", code=status, error=str(exc), status_code=status)
 
 
-def _check_csrf(cookie: str, csrf: str) -> None:
-    if not hmac.compare_digest(tokens.csrf_token(cookie), csrf):
+def _check_csrf(expected: str, csrf: str) -> None:
+    if not expected or not hmac.compare_digest(expected.encode(), csrf.encode()):
         raise tokens.PermissionDenied("the form is stale or forged; reload the page and retry")
 
 
@@ -79,8 +140,21 @@ def home(request: Request, conn: Conn, token: Session) -> HTMLResponse:
     return _page(request, "home.html", token=token, status=health.status(conn))
 
 
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request) -> HTMLResponse:
+    return _login_page(request, 200, None)
+
+
 @router.post("/login")
-def login(request: Request, conn: Conn, token: Annotated[str, Form()]) -> Response:
+def login(
+    request: Request,
+    conn: Conn,
+    settings: SettingsDep,
+    token: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+) -> Response:
+    """Sign in: the double-submit token first, then the bearer token."""
+    _check_csrf(request.cookies.get(login_cookie(settings), ""), csrf)
     tokens.authenticate(conn, token.strip())
     response = RedirectResponse("/ui", status_code=303)
     response.set_cookie(
@@ -88,16 +162,31 @@ def login(request: Request, conn: Conn, token: Annotated[str, Form()]) -> Respon
         token.strip(),
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
-        max_age=12 * 3600,
+        secure=_secure(settings),
+        max_age=SESSION_S,
+    )
+    response.delete_cookie(
+        login_cookie(settings), path="/", secure=_secure(settings), samesite="strict"
     )
     return response
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(
+    request: Request,
+    conn: Conn,
+    settings: SettingsDep,
+    csrf: Annotated[str, Form()] = "",
+    revoke: Annotated[bool, Form()] = False,
+) -> Response:
+    """Sign out (CSRF-checked); with ``revoke``, the token stops working everywhere."""
+    cookie = request.cookies.get(COOKIE)
+    if cookie:
+        _check_csrf(tokens.csrf_token(cookie), csrf)
+        if revoke:
+            tokens.revoke(conn, tokens.authenticate(conn, cookie).name)
     response = RedirectResponse("/ui", status_code=303)
-    response.delete_cookie(COOKIE)
+    response.delete_cookie(COOKIE, secure=_secure(settings), httponly=True, samesite="strict")
     return response
 
 
@@ -135,11 +224,8 @@ def search(request: Request, conn: Conn, token: Session, q: str = "") -> Respons
 def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
-    detail = audit.effect_detail(conn, key)
-    payload = detail.effect.payload
-    if not token.is_operator:
-        payload = audit.mask_payload(payload, settings.sensitive_fields)
-    return _page(request, "effect.html", token=token, detail=detail, payload=payload)
+    detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
+    return _page(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
 
 
 @router.post("/effects/{key}/{action}")
@@ -153,7 +239,7 @@ def act(
     csrf: Annotated[str, Form()],
 ) -> Response:
     """The requeue and cancel buttons (operators only, CSRF-checked)."""
-    _check_csrf(cookie, csrf)
+    _check_csrf(tokens.csrf_token(cookie), csrf)
     tokens.require_operator(token)
     if action == "requeue":
         operations.requeue(conn, key, actor=token.name, reason=reason)

@@ -15,6 +15,9 @@ from outbox.tools.scratch import free_port
 def start_api(env: Mapping[str, str], log_dir: Path) -> tuple[Child, str]:
     """``outbox api serve`` on a free loopback port; returns it once /readyz answers."""
     port = free_port()
+    # The page is served over plain http://127.0.0.1 to the person at this machine:
+    # the session cookie must do without Secure (docs/api.md), said explicitly here.
+    env = {**env, "OUTBOX_UI_INSECURE_COOKIE": "1"}
     child = Child("api", ["api", "serve", "--host", "127.0.0.1", "--port", str(port)], env, log_dir)
     base = f"http://127.0.0.1:{port}"
 

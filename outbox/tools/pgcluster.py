@@ -3,7 +3,11 @@
 Used when ``DATABASE_URL`` is unset, so the demo and the tests need nothing
 installed or started by hand. The cluster listens on 127.0.0.1 only, on a free
 port, with password (SCRAM) authentication over TCP and no Unix socket; its
-password lives in the state directory, readable by the owner only.
+password lives in the state directory, readable by the owner only (files 0600,
+the directory 0700; as root 0710 with the server user's group, so that user can
+reach its data directory and nothing else). ``start``, ``status`` and ``stop``
+refuse a state directory or ``cluster.json`` that is a link, belongs to another
+user or is writable by others.
 
 PostgreSQL refuses to run as root; as root, the server commands run as the
 unprivileged ``postgres`` user through ``runuser``, and the data directory is
@@ -23,6 +27,7 @@ import pwd
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -140,17 +145,45 @@ def _server_user_can_reach(path: Path) -> bool:
     return True
 
 
+def _check_trusted(path: Path) -> None:
+    """Refuse a state directory or file that someone else could have written.
+
+    ``cluster.json`` names the binaries that ``start``, ``status`` and ``stop`` run
+    (as root too): whoever can write it can make us run anything.
+    """
+    st = path.lstat()
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = "is a symbolic link"
+    elif st.st_uid != os.geteuid():
+        problem = f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    elif st.st_mode & 0o022:
+        problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    if problem is not None:
+        raise DatabaseUnavailable(
+            f"refusing to trust {path}: it {problem}; remove it or choose another state "
+            "directory (--state-dir or OUTBOX_STATE_DIR)"
+        )
+
+
+def _make_private(state_dir: Path) -> None:
+    """Owner only (0700); as root, the server user may traverse it to its data (0710)."""
+    if _running_as_root():
+        os.chown(state_dir, -1, pwd.getpwnam(SERVER_USER).pw_gid)
+        state_dir.chmod(0o710)
+    else:
+        state_dir.chmod(0o700)
+
+
 @contextlib.contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
     """Serialise start/stop across processes (parallel test workers, a demo)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    st = state_dir.lstat()
-    if state_dir.is_symlink() or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise DatabaseUnavailable(
-            f"{state_dir} is a link, is not owned by this user, or is writable by others; "
-            "remove it or choose another state directory (OUTBOX_STATE_DIR)"
-        )
-    with open(state_dir / "cluster.lock", "w") as lock:
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _check_trusted(state_dir)
+    _make_private(state_dir)
+    fd = os.open(state_dir / "cluster.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as lock:
+        os.fchmod(fd, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -179,11 +212,17 @@ class PrivateCluster:
             return info
 
     def status(self) -> tuple[bool, ClusterInfo | None]:
+        """Whether it runs, and what ``cluster.json`` says; refuses an untrusted directory."""
+        if not os.path.lexists(self.state_dir):
+            return False, None
+        _check_trusted(self.state_dir)
         info = self._load()
         return (info is not None and self._is_running(info)), info
 
     def stop(self) -> bool:
         """Stop the cluster; False when it was not running."""
+        if not os.path.lexists(self.state_dir):
+            return False
         with _locked(self.state_dir):
             info = self._load()
             if info is None or not self._is_running(info):
@@ -199,6 +238,7 @@ class PrivateCluster:
         path = self.state_dir / _STATE_FILE
         if not path.is_file() or not (self.data_dir / "PG_VERSION").is_file():
             return None
+        _check_trusted(path)
         raw = json.loads(path.read_text())
         return ClusterInfo(
             data_dir=self.data_dir,
@@ -211,6 +251,7 @@ class PrivateCluster:
         path = self.state_dir / _STATE_FILE
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o600)
             json.dump(
                 {"port": info.port, "password": info.password, "bin_dir": str(info.bin_dir)}, f
             )
@@ -235,8 +276,6 @@ class PrivateCluster:
         bin_dir = find_bin_dir()
         if self.data_dir.exists():
             shutil.rmtree(self.data_dir)  # a half-made cluster from an interrupted initdb
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.state_dir.chmod(0o755)
         self.data_dir.mkdir(mode=0o700)
         self._chown_to_server_user(self.data_dir)
         password = secrets.token_urlsafe(24)
@@ -289,8 +328,8 @@ class PrivateCluster:
         if not _port_free(info.port):
             info = dataclasses.replace(info, port=free_port())
             self._save(info)
-        if not self.log_file.exists():
-            self.log_file.touch()
+        self.log_file.touch(mode=0o600)
+        self.log_file.chmod(0o600)  # also a log left by an older version
         self._chown_to_server_user(self.log_file)
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={info.port} -c unix_socket_directories='' "

@@ -139,6 +139,37 @@ def add_worker(conn: Connection, worker_id: str, *, seconds_ago: float = 1) -> N
     )
 
 
+PAN = "4111111111111111"
+
+
+def leaky(engine: Engine) -> Built:
+    """An effect whose receiver's answers repeat its sensitive ``card.pan``: as JSON, in
+    prose, and clipped mid-value (excerpts are cut at 2 KiB)."""
+    body = {"error": "declined", "card": {"pan": PAN, "brand": "visa"}}
+    with engine.begin() as conn:
+        effect = add_effect(
+            conn, "leaky", recipient="dora@example.com", payload={"invoice": "inv-9", **body}
+        )
+        add_attempt(
+            conn,
+            effect,
+            "retry",
+            status_code=422,
+            error=f"HTTP 422: card {PAN} declined",
+            excerpt="HTTP 422 Unprocessable Entity\nContent-Type: application/json\n\n"
+            + json.dumps(body),
+        )
+        add_attempt(
+            conn,
+            effect,
+            "retry",
+            status_code=500,
+            error=f"HTTP 500: upstream said pan={PAN}",
+            excerpt='HTTP 500 Internal Server Error\n\n{"card": {"pan": "' + PAN[:9],
+        )
+    return effect
+
+
 def story(engine: Engine) -> dict[str, Built]:
     """A small, realistic history: delivered after a retry, dead, pending, and a batch."""
     with engine.begin() as conn:

@@ -53,7 +53,8 @@ def api_tokens(engine: Engine) -> Tokens:
 
 @pytest.fixture
 def client(api_settings: Settings, endpoints: None) -> Iterator[TestClient]:
-    with TestClient(create_app(api_settings)) as test_client:
+    """The app over HTTPS, as deployed: the support page's cookies are Secure."""
+    with TestClient(create_app(api_settings), base_url="https://testserver") as test_client:
         yield test_client
 
 
@@ -92,6 +93,8 @@ def served(api_settings: Settings, endpoints: None, tmp_path: Path) -> Iterator[
         **os.environ,
         "DATABASE_URL": api_settings.database_url,
         "OUTBOX_SENSITIVE_FIELDS": ",".join(api_settings.sensitive_fields),
+        # Plain http://127.0.0.1, as the demo serves it to a browser.
+        "OUTBOX_UI_INSECURE_COOKIE": "1",
     }
     log = (tmp_path / "api.log").open("w")
     proc = subprocess.Popen(

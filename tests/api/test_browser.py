@@ -38,6 +38,8 @@ def test_support_finds_a_recipients_effect_and_its_attempts(
         try:
             context = browser.new_context(base_url=served.url)
             page = context.new_page()
+            console: list[str] = []  # a CSP violation is reported here
+            page.on("console", lambda message: console.append(message.text))
             page.goto("/ui")
             page.fill("#token", api_tokens.support)
             page.click("form.login button")
@@ -56,6 +58,9 @@ def test_support_finds_a_recipients_effect_and_its_attempts(
             expect(attempts.first).to_contain_text("HTTP 400")
             expect(attempts.first).to_contain_text("bad field")
             expect(page.get_by_role("button", name="Requeue")).to_have_count(0)
+            # The pages render under their CSP: nothing refused, the stylesheet applied.
+            assert not [m for m in console if "Content Security Policy" in m], console
+            assert page.locator("header").evaluate("e => getComputedStyle(e).display") == "flex"
             if shots := os.environ.get("OUTBOX_SCREENSHOTS"):  # look at what the test saw
                 page.screenshot(path=f"{shots}/effect.png", full_page=True)
                 page.goto("/ui")

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import io
+import json
+import unicodedata
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
+from api.routes.effects import spreadsheet_safe
+from dispatcher import masking
 from dispatcher.schema import key_ledger
-from tests.api.builders import add_effect, story
+from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens, window
 
 
@@ -58,6 +65,51 @@ def test_sensitive_payload_fields_are_masked_for_support(
         f"/v1/effects/{built['delivered'].key}", headers=api_tokens.auth("support")
     ).json()
     assert body["effect"]["payload"] == {"invoice": "inv-1", "card": {"pan": "***"}}
+
+
+def test_receiver_text_is_masked_for_support_like_the_payload(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    """A receiver that echoes card.pan (sensitive) shows support ***: in a JSON excerpt
+    field by field, in prose, clipped mid-value, and in last_error of search and CSV."""
+    effect = leaky(engine)
+    support = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth("support")).json()
+    assert PAN[:4] not in json.dumps(support)
+    first, second = support["attempts"]
+    assert first["error"] == "HTTP 422: card *** declined"
+    head, body = first["response_excerpt"].split("\n\n", 1)
+    assert head.startswith("HTTP 422") and json.loads(body) == {
+        "error": "declined",
+        "card": {"pan": "***", "brand": "visa"},
+    }
+    assert second["response_excerpt"].endswith('{"card": {"pan": "***')
+    assert support["effect"]["last_error"] == "HTTP 500: upstream said pan=***"
+    params = {"recipient": "dora@example.com", **window()}
+    auth = api_tokens.auth("support")
+    (found,) = client.get("/v1/effects", params=params, headers=auth).json()["items"]
+    assert found["last_error"] == "HTTP 500: upstream said pan=***"
+    exported = client.get("/v1/effects.csv", params=params, headers=auth).text
+    assert "pan=***" in exported and PAN not in exported
+    operator = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth("operator"))
+    assert operator.json()["attempts"][0]["error"] == f"HTTP 422: card {PAN} declined"
+
+
+SAFE_TEXT = st.text(
+    st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters="*"), max_size=30
+)
+VALUES = st.text(alphabet="0123456789abcXYZ-@.", min_size=5, max_size=24)
+
+
+@given(VALUES, SAFE_TEXT, SAFE_TEXT)
+def test_a_masked_value_never_survives_in_outside_text(value: str, before: str, after: str) -> None:
+    payload = {"customer": {"email": value}, "lines": [{"pan": value}]}
+    paths = ["customer.email", "lines.pan"]
+    values = masking.masked_values(payload, paths)
+    for text in (before + value + after, before + value.upper() + after):
+        masked = masking.mask_text(text, paths, values)
+        assert masked is not None and value.lower() not in masked.lower(), text
+    clipped = masking.mask_text(before + value[:-1], paths, values)
+    assert clipped is not None and clipped.endswith("***"), clipped
 
 
 def test_batch_effect_links_its_marker(
@@ -217,12 +269,80 @@ def test_a_purged_key_still_answers_when_it_was_delivered(
 def test_csv_cells_cannot_smuggle_spreadsheet_formulas(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
+    recipients = ['=HYPERLINK("http://evil")', " \t=1+1", "＠SUM(A1)", "bob@example.com"]
     with engine.begin() as conn:
-        add_effect(conn, "formula", recipient='=HYPERLINK("http://evil")')
+        for n, recipient in enumerate(recipients):
+            add_effect(conn, f"formula-{n}", recipient=recipient)
     response = client.get(
         "/v1/effects.csv",
-        params={"recipient": '=HYPERLINK("http://evil")', **window()},
+        params={"endpoint": "billing-webhook", **window()},
         headers=api_tokens.auth("support"),
     )
-    (row,) = list(csv.DictReader(io.StringIO(response.text)))
-    assert row["recipient"] == '\'=HYPERLINK("http://evil")'
+    cells = {row["recipient"] for row in csv.DictReader(io.StringIO(response.text))}
+    assert cells == {'\'=HYPERLINK("http://evil")', "' \t=1+1", "'＠SUM(A1)", "bob@example.com"}
+
+
+# Every character whose NFKC form starts with = + - @ (full-width, small, super- and
+# subscript forms, ⩵ ⩶, the Hebrew alternative plus), written out as the specification.
+FORMULA_SIGNS = "=+-@⁺⁼₊₌⩵⩶﬩﹢﹣﹦﹫＋－＝＠"
+# What a spreadsheet skips before it looks for a sign: whitespace, controls, format chars.
+LEADING = st.text(st.sampled_from(" \t\r\n\x0b\x0c\x1f\u00a0\u2003\u3000\u200b\ufeff"), max_size=4)
+
+
+def _through_csv(cell: str) -> str:
+    """The cell as a spreadsheet would import it from the export."""
+    buffer = io.StringIO(newline="")
+    csv.writer(buffer).writerow([spreadsheet_safe(cell)])
+    (row,) = csv.reader(io.StringIO(buffer.getvalue(), newline=""))
+    return row[0]
+
+
+@given(LEADING, st.sampled_from(FORMULA_SIGNS), st.text(max_size=20))
+def test_a_cell_a_spreadsheet_would_evaluate_is_quoted(lead: str, sign: str, rest: str) -> None:
+    cell = lead + sign + rest
+    assert _through_csv(cell) == "'" + cell
+
+
+@given(st.text(max_size=30))
+def test_other_cells_pass_unchanged(text: str) -> None:
+    head = text.lstrip(" \t\r\n\x0b\x0c\x1c\x1d\x1e\x1f\x85\u00a0\u2000\u3000")
+    assume(not text.startswith(("\t", "\r")))
+    assume(all(not c.isspace() and unicodedata.category(c) not in ("Cc", "Cf") for c in head[:1]))
+    assume(not head.startswith(tuple(FORMULA_SIGNS)))
+    assert _through_csv(text) == text
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=60)
+OFFSETS = st.builds(
+    dt.timezone,
+    st.timedeltas(min_value=dt.timedelta(hours=-23.9), max_value=dt.timedelta(hours=23.9)),
+)
+IDS = st.integers() | st.sampled_from([0, -1, 2**63 - 1, 2**63, 10**30])
+# Arbitrary strings, and strings that get past base64 into the time and id parsing.
+CURSORS = (
+    TEXT
+    | st.builds(lambda at, ident: _b64(f"{at}|{ident}"), TEXT, TEXT)
+    | st.builds(lambda at, ident: _b64(f"{at.isoformat()}|{ident}"), st.datetimes(), IDS)
+    | st.builds(
+        lambda at, ident: _b64(f"{at.isoformat()}|{ident}"), st.datetimes(timezones=OFFSETS), IDS
+    )
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(cursor=CURSORS)
+def test_any_cursor_is_a_page_or_a_422_never_a_500(
+    client: TestClient, api_tokens: Tokens, cursor: str
+) -> None:
+    auth = api_tokens.auth("support")
+    params = {"recipient": "bob@example.com", "cursor": cursor, **window()}
+    page = client.get("/v1/effects", params=params, headers=auth)
+    assert page.status_code in (200, 422), (cursor, page.text)
+    if page.status_code == 422:
+        assert page.json()["detail"][0]["loc"][-1] == "cursor"
+    export = client.get("/v1/effects.csv", params=params, headers=auth)
+    assert export.status_code in (200, 422), (cursor, export.text)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 
-from dispatcher import db
+from dispatcher import db, endpoints
 from dispatcher.endpoints import secret_bytes
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
@@ -19,7 +22,10 @@ from tests.dispatcher.conftest import Receiver, run_worker
 
 
 def _cli(db_url: str, *argv: str) -> int:
-    return main(["--database-url", db_url, "--log-format", "text", *argv])
+    """``outbox`` in-process; the URL (it has a password) goes in DATABASE_URL."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DATABASE_URL", db_url)
+        return main(["--log-format", "text", *argv])
 
 
 def test_endpoints_add_list_show_pause_resume(
@@ -117,3 +123,77 @@ def test_metrics_count_outcomes_by_endpoint(
 
 def _cli_add(db_url: str, url: str) -> int:
     return _cli(db_url, "endpoints", "add", "webhook", "hook", "--url", url)
+
+
+def _outbox(
+    db_url: str, *argv: str, stdin: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The real ``outbox`` command in its own process, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", "--log-format", "text", *argv],
+        env={**os.environ, "DATABASE_URL": db_url, **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _stored(db_url: str, name: str) -> endpoints.Endpoint:
+    engine = db.create_engine(db_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return endpoints.get(conn, name)
+    finally:
+        engine.dispose()
+
+
+def test_secrets_come_from_stdin_or_the_environment_never_the_command_line(
+    db_url: str,
+) -> None:
+    secret = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"
+    hook = ["endpoints", "add", "webhook", "--url", "https://example.com/h", "--json"]
+    piped = _outbox(db_url, *hook[:3], "piped", *hook[3:], "--secret-stdin", stdin=secret + "\n")
+    assert piped.returncode == 0, piped.stderr
+    assert secret not in piped.stdout  # given, so not echoed
+    named = _outbox(
+        db_url, *hook[:3], "named", *hook[3:], "--secret-env", "HOOK_SECRET", HOOK_SECRET=secret
+    )
+    assert named.returncode == 0, named.stderr
+    mail = [
+        "endpoints",
+        "add",
+        "email",
+        "--smtp-host",
+        "127.0.0.1",
+        "--smtp-port",
+        "25",
+        "--mail-from",
+        "billing@example.com",
+        "--smtp-username",
+        "billing",
+    ]
+    smtp = _outbox(
+        db_url, *mail[:3], "mail", *mail[3:], "--smtp-password-stdin", stdin="hunter2-smtp\n"
+    )
+    assert smtp.returncode == 0, smtp.stderr
+    assert _stored(db_url, "piped").signing_secret == secret
+    assert _stored(db_url, "named").signing_secret == secret
+    assert _stored(db_url, "mail").smtp_password == "hunter2-smtp"
+    empty = _outbox(db_url, *mail[:3], "mail2", *mail[3:], "--smtp-password-stdin")
+    assert empty.returncode == 2 and "standard input is empty" in empty.stderr
+
+
+def test_a_password_in_database_url_is_refused_with_the_fix(db_url: str) -> None:
+    """ps shows every process's arguments to every user; DATABASE_URL stays private."""
+    url = make_url(db_url)
+    shown = _outbox("", "--database-url", db_url, "db", "current")
+    assert shown.returncode == 2
+    assert "DATABASE_URL" in shown.stderr and "PGPASSWORD" in shown.stderr
+    assert str(url.password) not in shown.stderr + shown.stdout
+    # The documented way out: the URL without its password, the password in PGPASSWORD.
+    bare = f"postgresql://{url.username}@{url.host}:{url.port}/{url.database}"
+    works = _outbox("", "--database-url", bare, "db", "current", PGPASSWORD=str(url.password))
+    assert works.returncode == 0, works.stderr
+    assert works.stdout.strip() == db.head_revision()

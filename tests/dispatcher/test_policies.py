@@ -6,6 +6,8 @@ import datetime as dt
 import ipaddress
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
 from dispatcher import retry, signing, ssrf
@@ -48,6 +50,117 @@ def test_an_allow_listed_network_passes_including_its_mapped_form() -> None:
     ssrf.check("::ffff:127.0.0.1", allow)
     with pytest.raises(ssrf.SsrfRefused):
         ssrf.check("10.0.0.1", allow)
+
+
+INTERNAL_V4 = [
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+    )
+]
+
+
+@st.composite
+def internal_v4(draw: st.DrawFn) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Network]:
+    """An address inside one of the internal networks, and that network."""
+    net = draw(st.sampled_from(INTERNAL_V4))
+    offset = draw(st.integers(0, net.num_addresses - 1))
+    return net[offset], net  # type: ignore[return-value]
+
+
+@st.composite
+def public_v4(draw: st.DrawFn) -> ipaddress.IPv4Address:
+    first = draw(st.integers(1, 223).filter(lambda o: o not in (10, 127)))
+    address = ipaddress.IPv4Address(first << 24 | draw(st.integers(0, 2**24 - 1)))
+    assume(ssrf.forbidden_reason(address) is None)
+    return address
+
+
+def _v6(value: int) -> str:
+    return str(ipaddress.IPv6Address(value))
+
+
+def wrap(form: str, v4: ipaddress.IPv4Address, other: ipaddress.IPv4Address, noise: int) -> str:
+    """``v4`` inside an IPv6 address of ``form``; ``other`` is a Teredo's second address."""
+    n = int(v4)
+    if form == "mapped":
+        return _v6(0xFFFF << 32 | n)
+    if form == "compatible":
+        return _v6(n)
+    if form == "nat64":
+        return _v6(0x64FF9B << 96 | n)
+    if form == "nat64-local":  # RFC 6052's /96 format; the guard refuses the whole /48
+        return _v6(0x64FF9B0001 << 80 | (noise & 0xFFFF_FFFF_FFFF) << 32 | n)
+    if form == "6to4":
+        return _v6(0x2002 << 112 | n << 80 | noise & (2**80 - 1))
+    # Teredo: server in bits 32-63, the client obfuscated (inverted) in the last 32.
+    server, client = (v4, other) if noise & 1 else (other, v4)
+    flags_port = noise >> 1 & 0xFFFF_FFFF
+    return _v6(0x20010000 << 96 | int(server) << 64 | flags_port << 32 | ~int(client) & 0xFFFFFFFF)
+
+
+FORMS = ("mapped", "compatible", "nat64", "nat64-local", "6to4", "teredo")
+NOISE = st.integers(0, 2**80 - 1)
+
+
+@given(internal_v4(), public_v4(), st.sampled_from(FORMS), NOISE)
+def test_every_ipv6_form_of_an_internal_ipv4_address_is_refused(
+    inner: tuple[ipaddress.IPv4Address, ipaddress.IPv4Network],
+    other: ipaddress.IPv4Address,
+    form: str,
+    noise: int,
+) -> None:
+    address = wrap(form, inner[0], other, noise)
+    with pytest.raises(ssrf.SsrfRefused):
+        ssrf.check(address, ())
+
+
+@given(public_v4(), public_v4(), st.sampled_from(FORMS), NOISE)
+def test_public_ipv4_passes_only_in_the_forms_that_route_to_it(
+    v4: ipaddress.IPv4Address, other: ipaddress.IPv4Address, form: str, noise: int
+) -> None:
+    """Mapped, NAT64 (well-known prefix) and 6to4 reach that public host; IPv4-compatible
+    (deprecated), Teredo (a tunnel) and the NAT64 local-use prefix are refused whatever
+    they carry (docs/dispatcher.md)."""
+    address = wrap(form, v4, other, noise)
+    if form in ("mapped", "nat64", "6to4"):
+        ssrf.check(address, ())
+    else:
+        with pytest.raises(ssrf.SsrfRefused):
+            ssrf.check(address, ())
+
+
+@given(internal_v4(), st.sampled_from(FORMS), NOISE)
+def test_an_allow_listed_ipv4_network_admits_its_embedded_forms(
+    inner: tuple[ipaddress.IPv4Address, ipaddress.IPv4Network], form: str, noise: int
+) -> None:
+    v4, net = inner
+    address = wrap(form, v4, v4, noise)
+    if form == "nat64-local":  # which IPv4 it reaches is the site's choice: allow-list the /48
+        with pytest.raises(ssrf.SsrfRefused):
+            ssrf.check(address, (net,))
+        ssrf.check(address, (ipaddress.ip_network("64:ff9b:1::/48"),))
+    else:
+        ssrf.check(address, (net,))
+
+
+def test_the_refusal_names_the_form_and_the_inner_reason() -> None:
+    cases = {
+        "::169.254.169.254": "IPv4-compatible link-local",
+        "64:ff9b::a9fe:a9fe": "NAT64 link-local",
+        "2002:a9fe:a9fe::1": "6to4 link-local",
+        "2001:0:a00:1::5601:5601": "Teredo private",
+        "64:ff9b:1::808:808": "NAT64 local-use",
+    }
+    for address, reason in cases.items():
+        with pytest.raises(ssrf.SsrfRefused, match=reason):
+            ssrf.check(address, ())
 
 
 def test_the_schedule_gives_the_next_delay_with_jitter_then_gives_up() -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import store
+from dispatcher import db, store
 from dispatcher.endpoints import pause
 from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
+from spark_jobs.commit import engine_for
 from tests.conftest import insert_endpoint
 
 
@@ -222,3 +225,28 @@ def test_an_old_and_a_new_lease_in_one_batch_record_only_the_new(engine: Engine)
         )
     assert outcomes == ["stale", "delivered"]
     assert _state(engine, key)["state"] == "delivered"
+
+
+@pytest.mark.parametrize("make_engine", [db.create_engine, engine_for])
+def test_a_failing_statement_never_shows_its_values(
+    db_url: str, make_engine: Callable[[str], Engine]
+) -> None:
+    """Every engine the project creates keeps bound values out of its errors: neither
+    SQLAlchemy's parameter listing, nor libpq's quote of the statement around the error
+    position, nor the server's "Failing row contains (...)" (endpoint rows hold signing
+    secrets and SMTP passwords, effects hold payloads)."""
+    secret = "whsec_do-not-print-me"
+    failing = [
+        "SELECT CAST(:secret AS text) FROM no_such_table",
+        "INSERT INTO endpoints (name, kind, signing_secret, timeout_s) "
+        "VALUES ('hook', 'webhook', :secret, 0)",
+    ]
+    engine = make_engine(db_url)
+    try:
+        for statement in failing:
+            with pytest.raises(sa.exc.DBAPIError) as info, engine.connect() as conn:
+                conn.execute(sa.text(statement), {"secret": secret})
+            assert secret not in str(info.value), statement
+            assert "hide_parameters=True" in str(info.value)
+    finally:
+        engine.dispose()

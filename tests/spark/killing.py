@@ -13,13 +13,13 @@ import time
 from outbox.tools.scratch import ROOT
 
 
-def billing_command(db_url: str, *args: str) -> list[str]:
+def billing_command(*args: str) -> list[str]:
+    """The driver's command line; its database goes in DATABASE_URL (``Driver``), since a
+    URL with a password in the arguments is refused (ps would show it)."""
     return [
         sys.executable,
         "-m",
         "outbox",
-        "--database-url",
-        db_url,
         "--log-level",
         "WARNING",
         "spark",
@@ -32,8 +32,13 @@ def billing_command(db_url: str, *args: str) -> list[str]:
 class Driver:
     """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited."""
 
-    def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
-        full_env = {**os.environ, "OUTBOX_SPARK_PHASES": "1", **(env or {})}
+    def __init__(self, command: list[str], db_url: str, env: dict[str, str] | None = None) -> None:
+        full_env = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "OUTBOX_SPARK_PHASES": "1",
+            **(env or {}),
+        }
         self.proc = subprocess.Popen(
             command,
             cwd=ROOT,

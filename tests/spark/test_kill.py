@@ -69,10 +69,12 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
     rng = random.Random(seed)
     args = ["--mode", "batch", "--input", str(events), "--staging", "executors"]
     args += [a for d in DATES for a in ("--date", d)]
-    command = billing_command(db_url, *args)
+    command = billing_command(*args)
     killed_at = []
     for phase in ("staging_copy", "before_commit", "after_commit"):
-        driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": phase, "OUTBOX_SPARK_PAUSE_S": "20"})
+        driver = Driver(
+            command, db_url, {"OUTBOX_SPARK_PAUSE_AT": phase, "OUTBOX_SPARK_PAUSE_S": "20"}
+        )
         if phase == "staging_copy":  # executors pause 20 s inside their COPY transaction
             if driver.wait_for("staging"):
                 time.sleep(5)
@@ -81,7 +83,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
             killed_at.append(phase)
         driver.kill()
     for _ in range(RANDOM_KILLS):
-        driver = Driver(command)
+        driver = Driver(command, db_url)
         delay = rng.uniform(0, 3.0)
         if driver.wait_for("staging"):
             time.sleep(delay)  # lands in staging, the merge, the commit or just after
@@ -90,7 +92,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
         print(f"killed at {killed_at[-1] if killed_at else 'start'}", flush=True)
     assert killed_at[:3] == ["staging_copy", "before_commit", "after_commit"]
     assert len(killed_at) == 3 + RANDOM_KILLS, killed_at  # every kill hit a live write
-    Driver(command).finish()
+    Driver(command, db_url).finish()
     assert _state(engine) == expected, f"kills: {killed_at}"
     markers = table(engine, "SELECT batch_id, effects_new FROM batches ORDER BY 1")
     assert [m[0] for m in markers] == list(DATES)
@@ -113,7 +115,6 @@ def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
 
     checkpoint = tmp_path / "cp"
     command = billing_command(
-        db_url,
         "--mode",
         "stream",
         "--input",
@@ -122,11 +123,11 @@ def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
         str(checkpoint),
         "--available-now",
     )
-    driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": "before_commit"})
+    driver = Driver(command, db_url, {"OUTBOX_SPARK_PAUSE_AT": "before_commit"})
     assert driver.wait_for("before_commit")
     driver.kill()
-    driver = Driver(command, {"OUTBOX_SPARK_PAUSE_AT": "after_commit"})
+    driver = Driver(command, db_url, {"OUTBOX_SPARK_PAUSE_AT": "after_commit"})
     assert driver.wait_for("after_commit")
     driver.kill()
-    Driver(command).finish()
+    Driver(command, db_url).finish()
     assert _state(engine, stream=True) == expected
