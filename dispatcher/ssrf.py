@@ -8,6 +8,7 @@ past, and IP-literal URLs are covered too.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import socket
 from collections.abc import Sequence
@@ -50,17 +51,47 @@ def forbidden_reason(address: Address) -> str | None:
     return None
 
 
+def _allowed(ip: Address, allow: Sequence[Network]) -> bool:
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return any(ip in net or (mapped is not None and mapped in net) for net in allow)
+
+
 def check(address: str, allow: Sequence[Network]) -> None:
     """Raise ``SsrfRefused`` unless ``address`` is public or inside an allowed network."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    if any(ip in net or (mapped is not None and mapped in net) for net in allow):
+    if _allowed(ip, allow):
         return
     reason = forbidden_reason(ip)
     if reason is not None:
         raise SsrfRefused(
             str(ip), f"{reason}; allow-list its network in OUTBOX_SSRF_ALLOW_NETWORKS"
         )
+
+
+def refused_addresses(
+    host: str, allow: Sequence[Network], *, timeout_s: float = 2.0
+) -> list[tuple[Address, str]]:
+    """The addresses ``host`` resolves to now that the guard would refuse, with why.
+
+    For a warning when an endpoint is registered ("trying it locally" with a
+    receiver on 127.0.0.1); the guard itself judges every connect. A name that
+    does not resolve within ``timeout_s`` gives no answer (an empty list).
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        found = pool.submit(socket.getaddrinfo, host, None, type=socket.SOCK_STREAM)
+        infos = found.result(timeout=timeout_s)
+    except (OSError, UnicodeError, concurrent.futures.TimeoutError):
+        return []
+    finally:
+        pool.shutdown(wait=False)
+    refused: dict[Address, str] = {}
+    for *_, sockaddr in infos:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        reason = None if _allowed(ip, allow) else forbidden_reason(ip)
+        if reason is not None:
+            refused[ip] = reason
+    return list(refused.items())
 
 
 def socket_factory(allow: Sequence[Network]) -> Any:

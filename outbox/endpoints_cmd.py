@@ -14,10 +14,12 @@ import argparse
 import getpass
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from dispatcher import db, endpoints, operations
+from dispatcher import db, endpoints, operations, ssrf
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox.database import database_url
@@ -39,9 +41,14 @@ def register(sub: Any) -> None:
     mail.add_argument("--smtp-host", required=True)
     mail.add_argument("--smtp-port", type=int, required=True)
     mail.add_argument("--mail-from", required=True)
-    mail.add_argument("--smtp-tls", choices=["none", "starttls", "tls"], default="none")
-    mail.add_argument("--smtp-username")
-    mail.add_argument("--smtp-password-env", help="name of an env variable holding the password")
+    mail.add_argument(
+        "--smtp-tls", choices=["none", "starttls", "tls"], default="none", help="transport security"
+    )
+    mail.add_argument("--smtp-username", help="SMTP login (default: none, no AUTH)")
+    mail.add_argument(
+        "--smtp-password-env",
+        help="name of an env variable holding the password (default: none)",
+    )
     _policy_args(mail)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
@@ -61,9 +68,15 @@ def register(sub: Any) -> None:
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout-s", type=float, default=10.0)
-    p.add_argument("--retry-schedule", help="delays in seconds, e.g. 0,5,300,1800")
-    p.add_argument("--rate-limit-per-s", type=float)
+    p.add_argument("--timeout-s", type=float, default=10.0, help="seconds one send may take")
+    p.add_argument(
+        "--retry-schedule",
+        help="delays in seconds, e.g. 0,5,300,1800 (default: the dispatcher's "
+        "$OUTBOX_RETRY_SCHEDULE_S)",
+    )
+    p.add_argument(
+        "--rate-limit-per-s", type=float, help="sends per second per dispatcher (default: no limit)"
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -111,7 +124,25 @@ def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.dispose()
     _print(endpoint, args.json, secret=None if args.secret else secret)
+    _warn_if_refused(endpoint.name, args.url, settings)
     return 0
+
+
+def _warn_if_refused(name: str, url: str, settings: Settings) -> None:
+    """Trying it locally: a receiver on 127.0.0.1 or a private network is refused by the
+    SSRF guard at send time (a dead letter); say so now, with the setting that allows it.
+    Judged with this shell's OUTBOX_SSRF_ALLOW_NETWORKS, which the dispatcher should share."""
+    host = urlsplit(url).hostname or ""
+    for address, reason in ssrf.refused_addresses(host, settings.ssrf_allow_networks):
+        network = f"{address}/{address.max_prefixlen}"
+        print(
+            f"outbox: warning: endpoint {name!r}: {host} is {address}, a {reason} address. "
+            "The dispatcher refuses it (SSRF guard) and dead-letters its effects unless it "
+            f"runs with OUTBOX_SSRF_ALLOW_NETWORKS={network} (or a wider network that "
+            "holds it); for a local try, e.g. "
+            f"`OUTBOX_SSRF_ALLOW_NETWORKS={network} outbox dispatcher run`",
+            file=sys.stderr,
+        )
 
 
 def add_email(args: argparse.Namespace, settings: Settings) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 from collections.abc import Iterator
 from typing import Annotated
@@ -16,6 +17,7 @@ from api.responses import LOOKUP_ERRORS, READ_ERRORS
 from api.schemas import EffectDetailPublic, EffectPagePublic
 from dispatcher import audit
 from dispatcher.filters import EffectFilter
+from dispatcher.timestamps import iso
 
 router = APIRouter(tags=["read"])
 
@@ -42,7 +44,8 @@ def search_effects(
     limit: Annotated[int, PAGE_LIMIT] = 100,
     cursor: Annotated[str | None, Query(max_length=200, description="next_cursor")] = None,
 ) -> EffectPagePublic:
-    """A keyset page, newest first. since/until are required (at most 31 days apart)."""
+    """A keyset page, newest first. since/until (at most 31 days apart) are required,
+    except for a batch's search (job and batch_id), which a batch bounds."""
     return EffectPagePublic.model_validate(audit.search(conn, flt, limit=limit, cursor=cursor))
 
 
@@ -62,7 +65,10 @@ def export_effects(engine: EngineDep, _: Reader, flt: Filter) -> StreamingRespon
 
 def _cell(value: object) -> object:
     """Neutralise spreadsheet formulas: a receiver's error text or a recipient that
-    starts with = + - @ would run as a formula in the support person's spreadsheet."""
+    starts with = + - @ would run as a formula in the support person's spreadsheet.
+    Instants are written as in the JSON (``iso``)."""
+    if isinstance(value, dt.datetime):
+        return iso(value)
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value
