@@ -31,11 +31,17 @@ def register(sub: Any) -> None:
         "(postgresql+psycopg2://...)",
     )
     url_p.set_defaults(handler=url)
-    up = cmds.add_parser("upgrade", help="migrate the schema (default: to head)")
-    up.add_argument("revision", nargs="?", default="head")
+    up = cmds.add_parser("upgrade", help="migrate the outbox schema")
+    up.add_argument(
+        "revision",
+        nargs="?",
+        default=db.OUTBOX_HEAD,
+        help="Alembic target: outbox@head, billing@head (the example's table) or heads "
+        "(default: %(default)s)",
+    )
     up.set_defaults(handler=upgrade)
     down = cmds.add_parser("downgrade", help="migrate the schema down to REVISION")
-    down.add_argument("revision")
+    down.add_argument("revision", help="Alembic target, e.g. outbox@-1 or 0004")
     down.set_defaults(handler=downgrade)
     cmds.add_parser("current", help="print the schema revision").set_defaults(handler=current)
     sql = cmds.add_parser(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from outbox.cli import build_parser
+from outbox.cli import build_parser, log_format
 
 
 def _parsers(
@@ -51,3 +53,18 @@ def test_global_options_are_accepted_before_and_after_the_subcommand(argv: list[
 def test_an_option_after_the_subcommand_wins_over_one_before_it() -> None:
     args = build_parser().parse_args(["--log-level", "ERROR", "db", "sql", "--log-level", "DEBUG"])
     assert args.log_level == "DEBUG"
+
+
+def test_logs_are_text_on_a_terminal_and_json_otherwise(tmp_path: Path) -> None:
+    leader, follower = os.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as terminal:
+            assert log_format(None, {}, terminal) == "text"
+            assert log_format(None, {"OUTBOX_LOG_FORMAT": "json"}, terminal) == "json"
+            assert log_format("json", {}, terminal) == "json"
+    finally:
+        os.close(leader)
+        os.close(follower)
+    with (tmp_path / "log").open("w") as file:
+        assert log_format(None, {}, file) == "json"
+        assert log_format(None, {"OUTBOX_LOG_FORMAT": "text"}, file) == "text"
