@@ -153,22 +153,22 @@ def mail(engine: Engine) -> str:
     return "billing-email"
 
 
-@pytest.mark.parametrize(
-    ("recipient", "payload", "field"),
-    [
-        (None, {"subject": "Your order", "text": "Thanks"}, "recipient"),
-        ("ada@example.com, eve@example.com", {"subject": "s", "text": "t"}, "recipient"),
-        ("ada@example.com", {"text": "Thanks"}, "payload.subject"),
-        ("ada@example.com", {"subject": "s", "body": "Thanks"}, "payload.text"),
-        ("ada@example.com", '{"subject": "s", "text": "t", "html": 1}', "payload.html"),
-    ],
-)
+EMAIL_CASES = [
+    (None, {"subject": "Your order", "text": "Thanks"}, "recipient"),
+    ("ada@example.com, eve@example.com", {"subject": "s", "text": "t"}, "recipient"),
+    ("ada@example.com", {"text": "Thanks"}, "payload.subject"),
+    ("ada@example.com", {"subject": "s", "body": "Thanks"}, "payload.text"),
+    ("ada@example.com", '{"subject": "s", "text": "t", "html": 1}', "payload.html"),
+]
+
+
 def test_an_email_effect_is_checked_against_the_email_contract_up_front(
-    engine: Engine, mail: str, recipient: str | None, payload: object, field: str
+    engine: Engine, mail: str
 ) -> None:
-    with pytest.raises(InvalidEffect) as info, engine.begin() as conn:
-        enqueue(conn, idempotency_key=KEY, endpoint=mail, payload=payload, recipient=recipient)  # type: ignore[arg-type]
-    assert info.value.field == field and info.value.fix
+    for recipient, payload, field in EMAIL_CASES:
+        with pytest.raises(InvalidEffect) as info, engine.begin() as conn:
+            enqueue(conn, idempotency_key=KEY, endpoint=mail, payload=payload, recipient=recipient)  # type: ignore[arg-type]
+        assert (info.value.field, bool(info.value.fix)) == (field, True)
     assert _count(engine) == 0
 
 
