@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api import errors
 from api.metrics import ApiMetrics
-from api.routes import batches, effects, operator, status, ui
+from api.routes import batches, docs, effects, operator, rejects, status, ui
 from dispatcher import db
 from dispatcher.settings import Settings
 
@@ -44,10 +44,13 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Status, delivery audit and operator actions of the outbox",
         version="0.1.0",
         lifespan=lifespan,
+        # Their pages load Swagger UI / ReDoc from a CDN: api/routes/docs.py serves /docs.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     errors.install(app)
-    for module in (status, effects, batches, operator, ui):
+    for module in (status, effects, batches, rejects, operator, ui, docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 

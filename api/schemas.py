@@ -1,16 +1,26 @@
 """Pydantic models at the HTTP edge: ``*Public`` go out, ``*Create`` come in.
 
 Built from the store's frozen dataclasses (``from_attributes``); secrets have
-no field here, so they cannot be serialised by accident.
+no field here, so they cannot be serialised by accident. Every instant goes out
+as ``Instant``: ISO 8601 in UTC with ``Z`` (``dispatcher.timestamps.iso``), the
+format of the CSV export, the CLI and the support page too.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from dispatcher.timestamps import iso
+
+Instant = Annotated[
+    dt.datetime,
+    PlainSerializer(iso, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}, mode="serialization"),
+]
 
 
 class Public(BaseModel):
@@ -29,10 +39,12 @@ class EffectPublic(Public):
     recipient: str | None
     state: str
     attempt_count: int
-    next_attempt_at: dt.datetime
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    delivered_at: dt.datetime | None
+    next_attempt_at: Instant | None = Field(
+        description="when the next attempt is due; null once finished (delivered, dead, cancelled)"
+    )
+    created_at: Instant
+    updated_at: Instant
+    delivered_at: Instant | None
     last_error: str | None
 
 
@@ -41,13 +53,13 @@ class EffectRecordPublic(EffectPublic):
     payload_sha256: str
     ordering_key: str | None
     lease_owner: str | None
-    lease_expires_at: dt.datetime | None
+    lease_expires_at: Instant | None
 
 
 class AttemptPublic(Public):
     attempt: int
     worker_id: str
-    started_at: dt.datetime
+    started_at: Instant
     duration_ms: float
     outcome: str
     status_code: int | None
@@ -61,7 +73,7 @@ class BatchPublic(Public):
     batch_id: str
     run_id: uuid.UUID
     spark_app_id: str | None
-    committed_at: dt.datetime
+    committed_at: Instant
     result_rows: int
     effects_total: int
     effects_new: int
@@ -108,8 +120,8 @@ class WorkerPublic(Public):
     worker_id: str
     hostname: str
     pid: int
-    started_at: dt.datetime
-    last_seen_at: dt.datetime
+    started_at: Instant
+    last_seen_at: Instant
     in_flight: int
     delivered: int
     failed: int
@@ -120,15 +132,15 @@ class EndpointHealthPublic(Public):
     kind: str
     enabled: bool
     paused_reason: str | None
-    paused_at: dt.datetime | None
-    last_delivered_at: dt.datetime | None
+    paused_at: Instant | None
+    last_delivered_at: Instant | None
     consecutive_failures: int
 
 
 class LastBatchPublic(Public):
     job: str
     batch_id: str
-    committed_at: dt.datetime
+    committed_at: Instant
     effects_new: int
     rejects: int
 
@@ -150,7 +162,7 @@ class StatusPublic(Public):
 
 class OperatorActionPublic(Public):
     id: int
-    at: dt.datetime
+    at: Instant
     actor: str
     action: str
     target: str
@@ -188,3 +200,20 @@ class BulkRequeuePublic(Public):
     requeued: int
     dry_run: bool
     cap: int
+
+
+class RejectPublic(Public):
+    id: int
+    job: str
+    batch_id: str
+    run_id: uuid.UUID | None
+    reason: str = Field(description="what is wrong, naming the field and the fix")
+    raw_row: dict[str, Any] = Field(
+        description="the row as the job produced it; masked for the support role"
+    )
+    rejected_at: Instant
+
+
+class RejectPagePublic(Public):
+    items: list[RejectPublic]
+    next_cursor: str | None = Field(description="pass as cursor= for the next page; null: last")

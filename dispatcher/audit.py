@@ -49,7 +49,7 @@ class EffectSummary:
     recipient: str | None
     state: str
     attempt_count: int
-    next_attempt_at: dt.datetime
+    next_attempt_at: dt.datetime | None  # None once finished: delivered, dead, cancelled
     created_at: dt.datetime
     updated_at: dt.datetime
     delivered_at: dt.datetime | None

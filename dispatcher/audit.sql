@@ -1,7 +1,10 @@
 -- name: effect_by_key
--- One effect by its key (uq_effects_idempotency_key).
+-- One effect by its key (uq_effects_idempotency_key). A finished effect (delivered,
+-- dead, cancelled) has no next attempt, whatever the column still holds.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
-       next_attempt_at, created_at, updated_at, delivered_at, last_error,
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            ELSE next_attempt_at END AS next_attempt_at,
+       created_at, updated_at, delivered_at, last_error,
        payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
 FROM effects
 WHERE idempotency_key = :key;
@@ -24,11 +27,14 @@ SELECT idempotency_key, endpoint, delivered_at FROM key_ledger WHERE idempotency
 -- filters are NULL; psycopg2 sends literals, so the planner folds the
 -- "IS NULL OR" branches away and picks the index of the filters given
 -- (ix_effects_{recipient,job_batch_id,endpoint,state}_created_at_id). LIMIT NULL
--- (the CSV export) means no limit.
+-- (the CSV export) means no limit; since and until are NULL for a batch's search.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
-       next_attempt_at, created_at, updated_at, delivered_at, last_error
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            ELSE next_attempt_at END AS next_attempt_at,
+       created_at, updated_at, delivered_at, last_error
 FROM effects
-WHERE created_at >= :since AND created_at < :until
+WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+  AND (CAST(:until AS timestamptz) IS NULL OR created_at < :until)
   AND (CAST(:job AS text) IS NULL OR job = :job)
   AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
   AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
@@ -62,7 +68,7 @@ WHERE job = :job AND batch_id = :batch_id
 GROUP BY state;
 
 -- name: batch_reject_count
--- Rows the sink refused, as stored (ix_rejects_job_batch_id).
+-- Rows the sink refused, as stored (ix_rejects_job_batch_id_id).
 SELECT count(*) FROM rejects WHERE job = :job AND batch_id = :batch_id;
 
 -- name: operator_actions

@@ -1,13 +1,22 @@
 """``enqueue``: write one effect inside the caller's own transaction.
 
 For producers that are not Spark (a web app committing an order and its
-"order.created" webhook together). Idempotent on the key.
+"order.created" webhook together). Idempotent on the key. ``conn`` is a
+SQLAlchemy ``Connection`` inside the caller's transaction (``engine.begin()``
+on an engine from ``dispatcher.db.create_engine``): README "Using it from your
+own Python".
+
+The payload contract per channel: a webhook takes any JSON object; an e-mail
+takes exactly one address as ``recipient`` and a payload with ``subject``,
+``text`` and optionally ``html`` (``validation.check_email_effect``, the same
+check as the Spark sink's and the SMTP channel's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +28,7 @@ from dispatcher.sqlfile import queries_beside
 from dispatcher.validation import (
     MAX_ORDERING_KEY_CHARS,
     MAX_RECIPIENT_CHARS,
+    check_email_effect,
     check_endpoint_name,
     check_key,
     check_not_before,
@@ -60,8 +70,11 @@ def enqueue(
     recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
     ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
     not_before = check_not_before(not_before)
-    if conn.execute(_Q["endpoint_exists"], {"endpoint": endpoint}).first() is None:
+    kind = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).scalar()
+    if kind is None:
         raise UnknownEndpoint(endpoint)
+    if kind == "email":
+        recipient = check_email_effect(recipient, json.loads(data))
     digest = payload_sha256(data)
     inserted = conn.execute(
         _Q["insert_effect"],

@@ -1,6 +1,7 @@
--- name: endpoint_exists
--- Producers name endpoints; an unknown name is refused before anything is written.
-SELECT 1 FROM endpoints WHERE name = :endpoint;
+-- name: endpoint_kind
+-- Producers name endpoints; an unknown name is refused before anything is written,
+-- and the kind says which channel's contract the effect must meet (e-mail).
+SELECT kind FROM endpoints WHERE name = :endpoint;
 
 -- name: insert_effect
 -- Idempotent on the key: a second enqueue of the same key inserts nothing and

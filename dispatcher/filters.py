@@ -1,8 +1,10 @@
 """The effect search filter shared by the audit search, its CSV export and bulk requeue.
 
-A search must be bounded in time (``since`` .. ``until``, at most
-``MAX_RANGE_DAYS``) and name at least one indexed column (job, endpoint,
-recipient or state), so every query it produces is an index range scan.
+A search must name at least one indexed column (job, endpoint, recipient or
+state), so every query it produces is an index range scan, and be bounded:
+by a batch (``job`` + ``batch_id``: a batch holds what one commit wrote), or
+in time (``since`` .. ``until``, at most ``MAX_RANGE_DAYS``) for the
+open-ended searches.
 Pages are keyset pages on ``(created_at, id)``; the cursor is opaque.
 """
 
@@ -58,8 +60,9 @@ class Cursor:
 
 @dataclasses.dataclass(frozen=True)
 class EffectFilter:
-    since: dt.datetime
-    until: dt.datetime
+    # None for both when the search is bounded by a batch (job + batch_id).
+    since: dt.datetime | None
+    until: dt.datetime | None
     job: str | None = None
     batch_id: str | None = None
     endpoint: str | None = None
@@ -77,7 +80,8 @@ def _aware(field: str, value: dt.datetime | None) -> dt.datetime:
             field,
             "is required",
             f"give since and until (ISO 8601 with a zone, at most {MAX_RANGE_DAYS} days apart), "
-            "e.g. since=2026-11-01T00:00:00Z&until=2026-11-22T00:00:00Z",
+            "e.g. since=2026-11-01T00:00:00Z&until=2026-11-22T00:00:00Z, or search one batch "
+            "(job and batch_id), which needs no window",
         )
     if value.tzinfo is None:
         raise InvalidFilter(field, "has no time zone", "append Z or an offset like +01:00")
@@ -95,6 +99,8 @@ def build_filter(
     state: str | None = None,
 ) -> EffectFilter:
     """Check a search's bounds; raise ``InvalidFilter`` naming the field and the fix."""
+    if job is not None and batch_id is not None and since is None and until is None:
+        return EffectFilter(None, None, job, batch_id, endpoint, recipient, _state(state))
     since, until = _aware("since", since), _aware("until", until)
     if until <= since:
         raise InvalidFilter("until", "is not after since", "give until later than since")
@@ -104,8 +110,7 @@ def build_filter(
             f"the range since..until is wider than {MAX_RANGE_DAYS} days",
             f"narrow it to at most {MAX_RANGE_DAYS} days and page through the rest",
         )
-    if state is not None and state not in EFFECT_STATES:
-        raise InvalidFilter("state", f"{state!r} is not a state", f"use one of {EFFECT_STATES}")
+    state = _state(state)
     if batch_id is not None and job is None:
         raise InvalidFilter("batch_id", "needs job", "give job too (a batch id is per job)")
     if not any((job, endpoint, recipient, state)):
@@ -115,6 +120,12 @@ def build_filter(
             "filter by at least one of job, endpoint, recipient or state",
         )
     return EffectFilter(since, until, job, batch_id, endpoint, recipient, state)
+
+
+def _state(state: str | None) -> str | None:
+    if state is not None and state not in EFFECT_STATES:
+        raise InvalidFilter("state", f"{state!r} is not a state", f"use one of {EFFECT_STATES}")
+    return state
 
 
 def check_limit(limit: int) -> int:

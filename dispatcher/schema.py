@@ -214,7 +214,8 @@ rejects = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("raw_row", pg.JSONB, nullable=False),
     _ts("rejected_at", nullable=False, default_now=True),
-    sa.Index(None, "job", "batch_id"),
+    # Ends in id: the keyset of a batch's rejects page (GET /v1/rejects).
+    sa.Index(None, "job", "batch_id", "id"),
 )
 
 api_tokens = sa.Table(

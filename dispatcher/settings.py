@@ -91,6 +91,8 @@ class Settings:
     retry_after_cap_s: float = 3600.0
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
+    metrics_host: str = "127.0.0.1"
     # API.
     api_host: str = "127.0.0.1"
     api_port: int = 8000
@@ -131,6 +133,7 @@ class Settings:
                 env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
             ),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
+            metrics_host=env.get("OUTBOX_METRICS_HOST", defaults.metrics_host),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),

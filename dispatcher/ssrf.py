@@ -22,6 +22,7 @@ depends on the site's translator (docs/dispatcher.md has the table).
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
 import socket
 from collections.abc import Sequence
@@ -112,6 +113,32 @@ def check(address: str, allow: Sequence[Network]) -> None:
         raise SsrfRefused(
             str(ip), f"{reason}; allow-list its network in OUTBOX_SSRF_ALLOW_NETWORKS"
         )
+
+
+def refused_addresses(
+    host: str, allow: Sequence[Network], *, timeout_s: float = 2.0
+) -> list[tuple[Address, str]]:
+    """The addresses ``host`` resolves to now that the guard would refuse, with why.
+
+    For a warning when an endpoint is registered ("trying it locally" with a
+    receiver on 127.0.0.1); the guard itself judges every connect. A name that
+    does not resolve within ``timeout_s`` gives no answer (an empty list).
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        found = pool.submit(socket.getaddrinfo, host, None, type=socket.SOCK_STREAM)
+        infos = found.result(timeout=timeout_s)
+    except (OSError, UnicodeError, concurrent.futures.TimeoutError):
+        return []
+    finally:
+        pool.shutdown(wait=False)
+    refused: dict[Address, str] = {}
+    for *_, sockaddr in infos:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        reason = None if _allowed(ip, allow) else forbidden_reason(ip)
+        if reason is not None:
+            refused[ip] = reason
+    return list(refused.items())
 
 
 def socket_factory(allow: Sequence[Network]) -> Any:

@@ -19,18 +19,35 @@ def register(sub: Any) -> None:
     )
     cmds.add_parser("stop", help="stop the private cluster").set_defaults(handler=stop)
     cmds.add_parser("status", help="is the private cluster running?").set_defaults(handler=status)
-    cmds.add_parser(
-        "url", help="print the database URL (starts the cluster if need be)"
-    ).set_defaults(handler=url)
-    up = cmds.add_parser("upgrade", help="migrate the schema (default: to head)")
-    up.add_argument("revision", nargs="?", default="head")
+    url_p = cmds.add_parser(
+        "url",
+        help="print the database URL for psql, DATABASE_URL and dispatcher.db.create_engine "
+        "(starts the private cluster if need be)",
+    )
+    url_p.add_argument(
+        "--sqlalchemy",
+        action="store_true",
+        help="print it with the driver for plain sqlalchemy.create_engine "
+        "(postgresql+psycopg2://...)",
+    )
+    url_p.set_defaults(handler=url)
+    up = cmds.add_parser("upgrade", help="migrate the outbox schema")
+    up.add_argument(
+        "revision",
+        nargs="?",
+        default=db.OUTBOX_HEAD,
+        help="Alembic target: outbox@head, billing@head (the example's table) or heads "
+        "(default: %(default)s)",
+    )
     up.set_defaults(handler=upgrade)
     down = cmds.add_parser("downgrade", help="migrate the schema down to REVISION")
-    down.add_argument("revision")
+    down.add_argument("revision", help="Alembic target, e.g. outbox@-1 or 0004")
     down.set_defaults(handler=downgrade)
     cmds.add_parser("current", help="print the schema revision").set_defaults(handler=current)
     sql = cmds.add_parser(
-        "sql", help="print the schema's SQL (every migration, offline), without connecting"
+        "sql",
+        help="print the schema's SQL (every migration, offline: tables, views, the "
+        "append-only trigger), without connecting",
     )
     sql.set_defaults(handler=print_sql)
 
@@ -66,7 +83,11 @@ def status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def url(args: argparse.Namespace, settings: Settings) -> int:
-    print(database_url(settings))
+    """libpq's form by default (``postgresql://``: psql, psycopg2, and everything of
+    this project); SQLAlchemy 2.1 reads that scheme as psycopg 3, which is not
+    installed, so ``--sqlalchemy`` names the driver."""
+    found = database_url(settings)
+    print(db.sqlalchemy_url(found) if args.sqlalchemy else db.libpq_url(found))
     return 0
 
 

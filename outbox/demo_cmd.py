@@ -22,7 +22,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--stream-days", type=_positive, default=3, help="days arriving at the stream (3)"
     )
-    p.add_argument("--report-json", help="also write the report as JSON to this file")
+    p.add_argument(
+        "--report-json", help="also write the report as JSON to this file (default: none)"
+    )
     p.add_argument(
         "--drain-timeout", type=float, default=600, help="seconds to wait for the dispatchers"
     )

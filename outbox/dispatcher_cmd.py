@@ -11,26 +11,49 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import signal
 from typing import Any
 
 from dispatcher import db
+from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from dispatcher.worker import Worker
 from outbox.database import database_url
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("dispatcher", help="deliver committed effects (webhooks, e-mail)")
     cmds = p.add_subparsers(dest="dispatcher_command", required=True, metavar="ACTION")
     run = cmds.add_parser("run", help="run one worker until SIGTERM/SIGINT (or idle)")
-    run.add_argument("--concurrency", type=int, help="sends in flight (default 64)")
-    run.add_argument("--claim-batch-size", type=int, help="effects per claim (default 100)")
-    run.add_argument("--worker-id", help="name in heartbeats and the attempt log")
+    run.add_argument(
+        "--concurrency", type=int, help="sends in flight (default: $OUTBOX_CONCURRENCY, else 64)"
+    )
+    run.add_argument(
+        "--claim-batch-size",
+        type=int,
+        help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 100)",
+    )
+    run.add_argument(
+        "--worker-id",
+        help="name in heartbeats and the attempt log (default: $OUTBOX_WORKER_ID, else "
+        "host-pid-random)",
+    )
     run.add_argument(
         "--until-idle", action="store_true", help="exit 0 once nothing is due or in flight"
     )
-    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics on this port (default: none, no metrics server)",
+    )
+    run.add_argument(
+        "--metrics-host",
+        help="address for --metrics-port; 0.0.0.0 in a container (default: "
+        "$OUTBOX_METRICS_HOST, else 127.0.0.1)",
+    )
     run.add_argument("--json", action="store_true", help="print a JSON summary on exit")
     run.set_defaults(handler=run_worker)
 
@@ -43,7 +66,36 @@ def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
         overrides["claim_batch_size"] = max(1, args.claim_batch_size)
     if args.worker_id:
         overrides["worker_id"] = args.worker_id
+    if args.metrics_host:
+        overrides["metrics_host"] = args.metrics_host
     return dataclasses.replace(settings, **overrides)
+
+
+def _serve_metrics(worker: Worker, host: str, port: int) -> None:
+    """A taken port (a second dispatcher on one host) is a one-line error, not a traceback."""
+    try:
+        worker.metrics.serve(port, host)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "pick a free port (each dispatcher on a host needs its own) or check --metrics-host"
+        ) from None
+
+
+def _log_ssrf_allow_list(settings: Settings) -> None:
+    """Said at start, so "why is my local receiver refused?" is answered in the log."""
+    allowed = ",".join(str(n) for n in settings.ssrf_allow_networks)
+    if allowed:
+        message = f"webhooks may reach public addresses and {allowed}"
+    else:
+        message = (
+            "webhooks may reach public addresses only; set OUTBOX_SSRF_ALLOW_NETWORKS "
+            "(e.g. 127.0.0.1/32) to deliver to a local or private receiver"
+        )
+    log.info(
+        message,
+        extra={"event": "dispatcher.ssrf_allow_networks", "ssrf_allow_networks": allowed},
+    )
 
 
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -55,7 +107,8 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:
-        worker.metrics.serve(args.metrics_port)
+        _serve_metrics(worker, settings.metrics_host, args.metrics_port)
+    _log_ssrf_allow_list(settings)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

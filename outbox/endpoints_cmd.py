@@ -19,8 +19,9 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
-from dispatcher import db, endpoints, operations
+from dispatcher import db, endpoints, operations, ssrf
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox.database import database_url
@@ -36,8 +37,15 @@ def register(sub: Any) -> None:
     hook.add_argument("--url", required=True)
     given = hook.add_mutually_exclusive_group()
     given.add_argument("--secret-stdin", action="store_true", help="read whsec_... from stdin")
-    given.add_argument("--secret-env", metavar="VAR", help="an env variable holding whsec_...")
-    given.add_argument("--secret", help="whsec_... (visible to ps: prefer --secret-stdin)")
+    given.add_argument(
+        "--secret-env",
+        metavar="VAR",
+        help="an env variable holding whsec_... (default: a new secret is generated)",
+    )
+    given.add_argument(
+        "--secret",
+        help="whsec_... (visible to ps: prefer --secret-stdin; default: a new secret)",
+    )
     _policy_args(hook)
     hook.set_defaults(handler=add_webhook)
     mail = kinds.add_parser("email", help="an SMTP server and From address")
@@ -45,11 +53,19 @@ def register(sub: Any) -> None:
     mail.add_argument("--smtp-host", required=True)
     mail.add_argument("--smtp-port", type=int, required=True)
     mail.add_argument("--mail-from", required=True)
-    mail.add_argument("--smtp-tls", choices=["none", "starttls", "tls"], default="none")
-    mail.add_argument("--smtp-username")
+    mail.add_argument(
+        "--smtp-tls", choices=["none", "starttls", "tls"], default="none", help="transport security"
+    )
+    mail.add_argument("--smtp-username", help="SMTP login (default: none, no AUTH)")
     password = mail.add_mutually_exclusive_group()
-    password.add_argument("--smtp-password-stdin", action="store_true", help="read it from stdin")
-    password.add_argument("--smtp-password-env", metavar="VAR", help="an env variable holding it")
+    password.add_argument(
+        "--smtp-password-stdin", action="store_true", help="read the password from stdin"
+    )
+    password.add_argument(
+        "--smtp-password-env",
+        metavar="VAR",
+        help="name of an env variable holding the password (default: none)",
+    )
     _policy_args(mail)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
@@ -69,9 +85,15 @@ def register(sub: Any) -> None:
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout-s", type=float, default=10.0)
-    p.add_argument("--retry-schedule", help="delays in seconds, e.g. 0,5,300,1800")
-    p.add_argument("--rate-limit-per-s", type=float)
+    p.add_argument("--timeout-s", type=float, default=10.0, help="seconds one send may take")
+    p.add_argument(
+        "--retry-schedule",
+        help="delays in seconds, e.g. 0,5,300,1800 (default: the dispatcher's "
+        "$OUTBOX_RETRY_SCHEDULE_S)",
+    )
+    p.add_argument(
+        "--rate-limit-per-s", type=float, help="sends per second per dispatcher (default: no limit)"
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -135,7 +157,25 @@ def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.dispose()
     _print(endpoint, args.json, secret=None if given else secret)
+    _warn_if_refused(endpoint.name, args.url, settings)
     return 0
+
+
+def _warn_if_refused(name: str, url: str, settings: Settings) -> None:
+    """Trying it locally: a receiver on 127.0.0.1 or a private network is refused by the
+    SSRF guard at send time (a dead letter); say so now, with the setting that allows it.
+    Judged with this shell's OUTBOX_SSRF_ALLOW_NETWORKS, which the dispatcher should share."""
+    host = urlsplit(url).hostname or ""
+    for address, reason in ssrf.refused_addresses(host, settings.ssrf_allow_networks):
+        network = f"{address}/{address.max_prefixlen}"
+        print(
+            f"outbox: warning: endpoint {name!r}: {host} is {address}, a {reason} address. "
+            "The dispatcher refuses it (SSRF guard) and dead-letters its effects unless it "
+            f"runs with OUTBOX_SSRF_ALLOW_NETWORKS={network} (or a wider network that "
+            "holds it); for a local try, e.g. "
+            f"`OUTBOX_SSRF_ALLOW_NETWORKS={network} outbox dispatcher run`",
+            file=sys.stderr,
+        )
 
 
 def add_email(args: argparse.Namespace, settings: Settings) -> int:

@@ -47,7 +47,9 @@ def _common(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--port", type=int, default=default_port, help="0: pick a free port")
     p.add_argument("--fail-rate", type=float, default=0.0, help="fail this fraction, e.g. 0.05")
     p.add_argument("--seed", type=int, default=0, help="seed of the deterministic failures")
-    p.add_argument("--jsonl", type=Path, help="also append every accepted receipt to this file")
+    p.add_argument(
+        "--jsonl", type=Path, help="also append every accepted receipt to this file (default: none)"
+    )
 
 
 def _receipts(args: argparse.Namespace) -> ReceiptLog:

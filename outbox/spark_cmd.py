@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import signal
 import threading
@@ -20,20 +21,31 @@ def register(sub: Any) -> None:
     p = sub.add_parser("spark", help="the Spark side: sample data and the billing job")
     cmds = p.add_subparsers(dest="spark_command", required=True, metavar="ACTION")
     gen = cmds.add_parser("generate", help="write deterministic usage events (JSON lines)")
-    gen.add_argument("--customers", type=int, default=100)
-    gen.add_argument("--events", type=int, default=10_000)
-    gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument("--customers", type=int, default=100, help="how many customers")
+    gen.add_argument("--events", type=int, default=10_000, help="how many usage events")
+    gen.add_argument("--seed", type=int, default=1, help="seed of the generator")
     gen.add_argument("--bad-rows", type=int, default=0, help="rows the job must reject")
-    gen.add_argument("--days", type=int, default=3)
+    gen.add_argument("--days", type=int, default=3, help="days of events, one file each")
     gen.add_argument("--start", default="2026-01-01", help="first day (YYYY-MM-DD)")
-    gen.add_argument("--out", type=Path, required=True)
+    gen.add_argument("--out", type=Path, required=True, help="directory to write into")
     gen.set_defaults(handler=generate)
     run = cmds.add_parser("run", help="run a job on Spark (local[2] unless --master)")
     run.add_argument("job", choices=["billing"])
-    run.add_argument("--mode", choices=["batch", "stream"], default="batch")
+    run.add_argument(
+        "--mode", choices=["batch", "stream"], default="batch", help="a batch job or a stream"
+    )
     run.add_argument("--input", type=Path, required=True, help="directory of event files")
-    run.add_argument("--date", action="append", help="batch mode: day to bill (repeatable)")
-    run.add_argument("--checkpoint", type=Path, help="stream mode: checkpoint directory")
+    run.add_argument(
+        "--date",
+        action="append",
+        help="batch mode: day to bill, YYYY-MM-DD, read from INPUT/events-<date>.json; "
+        "repeatable (default: none, required in batch mode)",
+    )
+    run.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="stream mode: checkpoint directory (default: none, required in stream mode)",
+    )
     run.add_argument("--master", help="Spark master URL (default local[2])")
     run.add_argument(
         "--available-now",
@@ -52,8 +64,6 @@ def register(sub: Any) -> None:
 
 
 def generate(args: argparse.Namespace, settings: Settings) -> int:
-    import datetime as dt
-
     from spark_jobs.generate import generate as write_events
 
     made = write_events(
@@ -73,12 +83,13 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     from spark_jobs import billing_run
     from spark_jobs.session import build_session
 
-    url = database_url(settings)
-    db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     if args.mode == "batch" and not args.date:
         raise ConfigurationError("batch mode: pass --date YYYY-MM-DD (one or more)")
     if args.mode == "stream" and args.checkpoint is None:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
+    _check_input(args.input, args.date if args.mode == "batch" else [])
+    url = database_url(settings)
+    db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
     try:
         if args.mode == "batch":
@@ -109,6 +120,31 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         spark.stop()
+
+
+def _check_input(input_dir: Path, dates: list[str]) -> None:
+    """Missing input is a one-line error naming the file expected, before Spark starts
+    (Spark's own answer is a 20-line Py4J traceback)."""
+    from spark_jobs.billing_run import batch_input
+
+    if not input_dir.is_dir():
+        raise ConfigurationError(
+            f"--input {input_dir}: no such directory; `outbox spark generate --out DIR` "
+            "writes sample events"
+        )
+    for date in dates:
+        try:
+            dt.date.fromisoformat(date)
+        except ValueError:
+            raise ConfigurationError(f"--date {date!r}: write the day as YYYY-MM-DD") from None
+        expected = batch_input(input_dir, date)
+        if not expected.is_file():
+            present = sorted(p.name for p in input_dir.glob("events-*.json"))[:5]
+            raise ConfigurationError(
+                f"--date {date}: no input file {expected}; batch mode reads one file per "
+                f"day named events-YYYY-MM-DD.json in --input (found: "
+                f"{', '.join(present) or 'none'})"
+            )
 
 
 def _stop_on_signal() -> threading.Event:

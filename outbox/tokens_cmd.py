@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from dispatcher import db, tokens
@@ -18,7 +19,9 @@ def register(sub: Any) -> None:
     create_p = cmds.add_parser("create", help="create a token and print it (once)")
     create_p.add_argument("--name", required=True, help="who holds it, e.g. alice")
     create_p.add_argument("--role", required=True, choices=ROLES)
-    create_p.add_argument("--json", action="store_true", help="print one JSON object")
+    create_p.add_argument(
+        "--json", action="store_true", help="print one JSON object (name, role, token)"
+    )
     create_p.set_defaults(handler=create)
     list_p = cmds.add_parser("list", help="list tokens (never their values)")
     list_p.add_argument("--json", action="store_true", help="print JSON lines")
@@ -42,8 +45,9 @@ def create(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps({"name": token.name, "role": token.role, "token": plaintext}))
     else:
-        print(plaintext)
-        print(f"token {token.name!r} ({token.role}): shown once; store it now", flush=True)
+        # Only the token on stdout, so TOKEN=$(outbox tokens create ...) captures it alone.
+        print(plaintext, flush=True)
+        print(f"token {token.name!r} ({token.role}): shown once; store it now", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,11 @@ BATCH_JOB = "billing"
 STREAM_JOB = "billing.stream"
 
 
+def batch_input(input_dir: Path, date: str) -> Path:
+    """The file batch mode bills for ``date`` (YYYY-MM-DD): one file per UTC day."""
+    return input_dir / f"events-{date}.json"
+
+
 def batch_sink(database_url: str, **options: Any) -> OutboxSink:
     return OutboxSink(job=BATCH_JOB, database_url=database_url, results=INVOICES, **options)
 
@@ -37,7 +42,7 @@ def run_batch(
     replay = sink.replay_of(date)
     if replay is not None:  # committed before: skip without reading anything
         return dataclasses.asdict(replay)
-    path = input_dir / f"events-{date}.json"
+    path = batch_input(input_dir, date)
     raw = spark.read.schema(billing.EVENT_SCHEMA).json(str(path)).persist()
     try:
         events = billing.parse_events(raw)

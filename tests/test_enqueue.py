@@ -13,7 +13,7 @@ from dispatcher.enqueue import enqueue
 from dispatcher.errors import InvalidEffect, UnknownEndpoint
 from dispatcher.keys import effect_key
 from dispatcher.validation import MAX_PAYLOAD_BYTES
-from tests.conftest import insert_endpoint
+from tests.conftest import insert_billing_endpoints, insert_endpoint
 
 KEY = effect_key("order.created", "order-1")
 
@@ -145,3 +145,44 @@ def test_unknown_endpoint_is_refused(engine: Engine, hook: str) -> None:
     with pytest.raises(UnknownEndpoint, match="outbox endpoints add"), engine.begin() as conn:
         enqueue(conn, idempotency_key=KEY, endpoint="nope", payload={})
     assert _count(engine) == 0
+
+
+@pytest.fixture
+def mail(engine: Engine) -> str:
+    insert_billing_endpoints(engine)
+    return "billing-email"
+
+
+EMAIL_CASES = [
+    (None, {"subject": "Your order", "text": "Thanks"}, "recipient"),
+    ("ada@example.com, eve@example.com", {"subject": "s", "text": "t"}, "recipient"),
+    ("ada@example.com", {"text": "Thanks"}, "payload.subject"),
+    ("ada@example.com", {"subject": "s", "body": "Thanks"}, "payload.text"),
+    ("ada@example.com", '{"subject": "s", "text": "t", "html": 1}', "payload.html"),
+]
+
+
+def test_an_email_effect_is_checked_against_the_email_contract_up_front(
+    engine: Engine, mail: str
+) -> None:
+    for recipient, payload, field in EMAIL_CASES:
+        with pytest.raises(InvalidEffect) as info, engine.begin() as conn:
+            enqueue(conn, idempotency_key=KEY, endpoint=mail, payload=payload, recipient=recipient)  # type: ignore[arg-type]
+        assert (info.value.field, bool(info.value.fix)) == (field, True)
+    assert _count(engine) == 0
+
+
+def test_a_good_email_effect_is_enqueued_and_webhooks_take_any_object(
+    engine: Engine, mail: str, hook: str
+) -> None:
+    with engine.begin() as conn:
+        email = enqueue(
+            conn,
+            idempotency_key=KEY,
+            endpoint=mail,
+            payload={"subject": "Your order", "text": "Thanks", "html": "<p>Thanks</p>"},
+            recipient="ada@example.com",
+        )
+        hook_key = effect_key("order.created", "order-2")
+        webhook = enqueue(conn, idempotency_key=hook_key, endpoint=hook, payload={"any": [1]})
+    assert email.new and webhook.new and _count(engine) == 2

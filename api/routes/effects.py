@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import unicodedata
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from api.responses import LOOKUP_ERRORS, READ_ERRORS
 from api.schemas import EffectDetailPublic, EffectPagePublic
 from dispatcher import audit
 from dispatcher.filters import EffectFilter
+from dispatcher.timestamps import iso
 
 router = APIRouter(tags=["read"])
 
@@ -44,7 +46,8 @@ def search_effects(
     limit: Annotated[int, PAGE_LIMIT] = 100,
     cursor: Annotated[str | None, Query(max_length=200, description="next_cursor")] = None,
 ) -> EffectPagePublic:
-    """A keyset page, newest first. since/until are required (at most 31 days apart).
+    """A keyset page, newest first. since/until (at most 31 days apart) are required,
+    except for a batch's search (job and batch_id), which a batch bounds.
 
     For the support role, last_error is masked as in the effect's detail."""
     mask = masked_for(token, settings)
@@ -82,7 +85,10 @@ def spreadsheet_safe(value: object) -> object:
     whitespace and control or format characters and at the NFKC form of the first
     character after them. A cell that starts with a tab or CR is neutralised too.
     Neutralised cells get a leading ``'``: the spreadsheet shows them as text.
+    Instants are written as in the JSON (``iso``).
     """
+    if isinstance(value, dt.datetime):
+        return iso(value)
     if not isinstance(value, str) or not value:
         return value
     if value[0] in ("\t", "\r"):

@@ -36,6 +36,7 @@ import jinja2
 from fastapi import APIRouter, Cookie, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from api.deps import Conn, SettingsDep, masked_for
 from api.params import Key
@@ -43,6 +44,7 @@ from dispatcher import audit, health, operations, tokens
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from dispatcher.settings import Settings
+from dispatcher.timestamps import iso
 
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -67,9 +69,13 @@ templates = Jinja2Templates(
 )
 
 
-def _ts(at: dt.datetime | None) -> str:
-    """Timestamps to the second, with their zone: what a support person reads."""
-    return "" if at is None else f"{at:%Y-%m-%d %H:%M:%S %Z}"
+def _ts(at: dt.datetime | None) -> Markup:
+    """Timestamps to the second in UTC, what a support person reads, in a ``<time>``
+    element carrying the exact instant as the API and CSV write it (``iso``)."""
+    if at is None:
+        return Markup("")
+    shown = f"{at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    return Markup('<time datetime="{}">{}</time>').format(iso(at), shown)
 
 
 templates.env.filters["ts"] = _ts

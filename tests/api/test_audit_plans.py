@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dispatcher import audit, db, health
+from dispatcher import audit, db, health, rejects
 from dispatcher.filters import build_filter
 from dispatcher.sqlfile import queries_beside
 from outbox.tools import scratch
@@ -19,6 +19,7 @@ from outbox.tools.bulk import load, recipient_of
 
 AUDIT = queries_beside(audit.__file__, "audit.sql")
 HEALTH = queries_beside(health.__file__, "health.sql")
+REJECTS = queries_beside(rejects.__file__, "rejects.sql")
 N = 10_000
 
 
@@ -104,3 +105,23 @@ def test_search_by_state_and_metrics_gauges_use_indexes(loaded: Connection) -> N
     plan = _plan(loaded, AUDIT["search_effects"], _search_params(state="dead"))
     assert _indexes(plan) == {"ix_effects_state_created_at_id"}
     _no_seq_scan_on_big_tables(_plan(loaded, HEALTH["queue_stats"], {}))
+
+
+def test_a_batch_without_a_window_and_its_rejects_page_without_a_sort(loaded: Connection) -> None:
+    flt = build_filter(since=None, until=None, job="billing", batch_id="b-3")
+    params = flt.params() | {"limit": 101, "cursor_at": None, "cursor_id": None}
+    plan = _plan(loaded, AUDIT["search_effects"], params)
+    assert _indexes(plan) == {"ix_effects_job_batch_id_created_at_id"}
+    assert "Sort" not in {n["Node Type"] for n in _nodes(plan)}
+    loaded.execute(
+        sa.text(
+            "INSERT INTO rejects (job, batch_id, reason, raw_row) "
+            "SELECT 'billing', 'b-' || (i % 50), 'r', '{}' FROM generate_series(1, 20000) i"
+        )
+    )
+    loaded.commit()
+    loaded.execute(sa.text("ANALYZE rejects"))
+    page = {"job": "billing", "batch_id": "b-3", "before_id": None, "limit": 101}
+    plan = _plan(loaded, REJECTS["rejects_of_batch"], page)
+    assert _indexes(plan) == {"ix_rejects_job_batch_id_id"}
+    assert "Sort" not in {n["Node Type"] for n in _nodes(plan)}

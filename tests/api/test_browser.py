@@ -67,3 +67,37 @@ def test_support_finds_a_recipients_effect_and_its_attempts(
                 page.screenshot(path=f"{shots}/status.png", full_page=True)
         finally:
             browser.close()
+
+
+def test_docs_render_offline_from_the_apps_own_assets(served: Served) -> None:
+    """No request leaves the app (a CDN would be unreachable offline), the Swagger UI
+    lists the API's operations, and nothing breaks the page's own CSP."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium")
+    from playwright.sync_api import Route, expect, sync_playwright
+
+    elsewhere: list[str] = []
+
+    def offline(route: Route) -> None:
+        if route.request.url.startswith(served.url):
+            route.continue_()
+        else:  # as without internet: the request fails
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(base_url=served.url)
+            console: list[str] = []
+            page.on("console", lambda message: console.append(message.text))
+            page.route("**/*", offline)
+            page.goto("/docs")
+            expect(page.locator(".swagger-ui .info .title")).to_contain_text("spark-outbox")
+            expect(page.locator(".opblock-summary-path[data-path='/v1/rejects']")).to_have_count(1)
+            assert elsewhere == []
+            assert not [m for m in console if "Content Security Policy" in m], console
+            if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
+                page.screenshot(path=f"{shots}/docs.png", full_page=False)
+        finally:
+            browser.close()

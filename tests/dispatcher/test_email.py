@@ -98,13 +98,27 @@ def test_an_email_is_delivered_with_a_message_id_from_the_key(
 def test_missing_recipient_or_subject_is_a_dead_letter_not_a_crash(
     engine: Engine, fast: Settings, smtp: tuple[Inbox, int]
 ) -> None:
+    """``enqueue`` refuses such effects up front; rows written another way (by hand,
+    before that check existed) still end as explained dead letters."""
     inbox, port = smtp
-    no_rcpt, no_subject = _mail(
-        engine, port, (None, {"subject": "s", "text": "t"}), ("bob@example.com", {"text": "t"})
-    )
+    (good,) = _mail(engine, port, ("ada@example.com", {"subject": "s", "text": "t"}))
+    no_rcpt, no_subject = effect_key("mail", "no-rcpt"), effect_key("mail", "no-subject")
+    with engine.begin() as conn:
+        for key, recipient, payload in (
+            (no_rcpt, None, '{"subject": "s", "text": "t"}'),
+            (no_subject, "bob@example.com", '{"text": "t"}'),
+        ):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO effects (idempotency_key, endpoint, recipient, payload, "
+                    "payload_sha256) VALUES (:k, 'mail', :r, CAST(:p AS jsonb), :h)"
+                ),
+                {"k": key, "r": recipient, "p": payload, "h": "0" * 64},
+            )
     assert run_worker(fast, engine) == 0
-    assert inbox.messages == []
+    assert [m["To"] for m in inbox.messages] == ["ada@example.com"]
     states = _states(engine)
+    assert states[good][0] == "delivered"
     assert states[no_rcpt][0] == "dead" and "recipient is missing" in str(states[no_rcpt][1])
     assert states[no_subject][0] == "dead" and "subject is missing" in str(states[no_subject][1])
 

@@ -1,0 +1,128 @@
+"""Finding things over the API: a batch needs no time window, its rejects (masked for
+support), finished effects have no next attempt, one timestamp format everywhere,
+``/`` leads to the support page and ``/docs`` needs nothing but the app."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import re
+import uuid
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+
+from dispatcher.schema import rejects
+from tests.api.builders import story
+from tests.api.conftest import Tokens, window
+from tests.api.test_ui import _sign_in
+
+ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
+
+
+def _reject(conn: sa.Connection, n: int, raw_row: dict[str, object]) -> None:
+    conn.execute(
+        sa.insert(rejects).values(
+            job="billing",
+            batch_id="2026-11-21",
+            run_id=uuid.uuid4(),
+            reason=f"r{n}",
+            raw_row=raw_row,
+        )
+    )
+
+
+def test_a_batchs_effects_are_found_without_a_time_window(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    auth = api_tokens.auth("support")
+    params = {"job": "billing", "batch_id": "2026-11-21", "limit": 1}
+    first = client.get("/v1/effects", params=params, headers=auth).json()
+    cursor = {"cursor": first["next_cursor"]}
+    second = client.get("/v1/effects", params=params | cursor, headers=auth).json()
+    found = {e["idempotency_key"] for e in first["items"] + second["items"]}
+    assert found == {built["batch0"].key, built["batch1"].key} and second["next_cursor"] is None
+    csv_rows = client.get("/v1/effects.csv", params=params, headers=auth).text.splitlines()
+    assert len(csv_rows) == 3  # header + the batch's two effects
+    # An open-ended search keeps its window rule.
+    job_only = client.get("/v1/effects", params={"job": "billing"}, headers=auth)
+    assert job_only.status_code == 422 and job_only.json()["detail"][0]["loc"][-1] == "since"
+
+
+def test_a_batchs_rejects_page_newest_first_masked_for_support(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        _reject(conn, 1, {"payload": '{"card": {"pan": "4111"}, "n": 1}', "recipient": "x"})
+        _reject(conn, 2, {"payload": "{not json", "card": {"pan": "4222"}})
+        _reject(conn, 3, {"customer_id": "c-3"})
+    params = {"job": "billing", "batch_id": "2026-11-21", "limit": 2}
+    page = client.get("/v1/rejects", params=params, headers=api_tokens.auth("support")).json()
+    assert [r["reason"] for r in page["items"]] == ["r3", "r2"]
+    assert page["items"][1]["raw_row"] == {"payload": "***", "card": {"pan": "***"}}
+    rest = client.get(
+        "/v1/rejects",
+        params=params | {"cursor": page["next_cursor"]},
+        headers=api_tokens.auth("support"),
+    ).json()
+    assert [r["reason"] for r in rest["items"]] == ["r1"] and rest["next_cursor"] is None
+    assert rest["items"][0]["raw_row"]["payload"] == '{"card": {"pan": "***"}, "n": 1}'
+    as_operator = client.get(
+        "/v1/rejects", params=params | {"limit": 3}, headers=api_tokens.auth("operator")
+    ).json()
+    assert as_operator["items"][2]["raw_row"]["payload"] == '{"card": {"pan": "4111"}, "n": 1}'
+    missing = client.get(
+        "/v1/rejects", params={"job": "billing"}, headers=api_tokens.auth("support")
+    )
+    assert missing.status_code == 422 and missing.json()["detail"][0]["loc"][-1] == "batch_id"
+
+
+def test_finished_effects_have_no_next_attempt_and_timestamps_have_one_format(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    built = story(engine)
+    auth = api_tokens.auth("support")
+    dead, pending = built["dead"].key, built["pending"].key
+    detail = client.get(f"/v1/effects/{dead}", headers=auth).json()
+    assert detail["effect"]["state"] == "dead" and detail["effect"]["next_attempt_at"] is None
+    assert ISO_Z.match(
+        client.get(f"/v1/effects/{pending}", headers=auth).json()["effect"]["next_attempt_at"]
+    )
+    search = {"recipient": "bob@example.com", **window()}
+    items = {
+        e["idempotency_key"]: e
+        for e in client.get("/v1/effects", params=search, headers=auth).json()["items"]
+    }
+    rows = {
+        r["idempotency_key"]: r
+        for r in csv.DictReader(
+            io.StringIO(client.get("/v1/effects.csv", params=search, headers=auth).text)
+        )
+    }
+    assert items[dead]["next_attempt_at"] is None and rows[dead]["next_attempt_at"] == ""
+    for key in (dead, pending):
+        assert ISO_Z.match(items[key]["created_at"])
+        assert rows[key]["created_at"] == items[key]["created_at"]  # the same text
+    _sign_in(client, api_tokens.support)
+    page = client.get(f"/ui/effects/{dead}").text
+    assert "next attempt" not in page
+    created = items[dead]["created_at"]
+    shown = dt.datetime.fromisoformat(created).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f'<time datetime="{created}">{shown}</time>' in page
+
+
+def test_root_leads_to_the_support_page_and_docs_use_only_the_apps_files(
+    client: TestClient,
+) -> None:
+    root = client.get("/", follow_redirects=False)
+    assert root.status_code == 307 and root.headers["location"] == "/ui"
+    docs = client.get("/docs")
+    assert docs.status_code == 200
+    assets = re.findall(r'(?:src|href)="([^"]+)"', docs.text)
+    assert assets and all(a.startswith("/static/") for a in assets)
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset
+    assert client.get("/redoc").status_code == 404  # its page would need a CDN
