@@ -27,6 +27,7 @@ class EffectPublic(Public):
     batch_id: str | None
     endpoint: str
     recipient: str | None
+    reference: str | None = Field(description="the business reference, e.g. an invoice number")
     state: str
     attempt_count: int
     next_attempt_at: dt.datetime
@@ -34,10 +35,13 @@ class EffectPublic(Public):
     updated_at: dt.datetime
     delivered_at: dt.datetime | None
     last_error: str | None
+    purged_at: dt.datetime | None = Field(
+        description="retention purged the payload and attempts; what is left is shown"
+    )
 
 
 class EffectRecordPublic(EffectPublic):
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None = Field(description="null once purged")
     payload_sha256: str
     ordering_key: str | None
     lease_owner: str | None
@@ -179,6 +183,7 @@ class BulkRequeueCreate(ActionCreate):
     batch_id: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     endpoint: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     recipient: str | None = Field(None, max_length=320, pattern=r"^[^\x00]*$")
+    reference: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     cap: int = Field(1000, ge=1, le=10_000, description="refuse if more dead effects match")
     dry_run: bool = Field(True, description="only count; send false to requeue")
 

@@ -23,6 +23,11 @@ from dispatcher.sqlfile import queries_beside
 _Q = queries_beside(__file__, "audit.sql")
 
 MAX_ATTEMPTS_SHOWN = 500
+_LEDGER_VERBS = {
+    "delivered": "delivered to",
+    "dead": "dead-lettered on",
+    "cancelled": "cancelled on",
+}
 MASK = "***"
 
 T = TypeVar("T")
@@ -47,6 +52,7 @@ class EffectSummary:
     batch_id: str | None
     endpoint: str
     recipient: str | None
+    reference: str | None
     state: str
     attempt_count: int
     next_attempt_at: dt.datetime
@@ -54,11 +60,13 @@ class EffectSummary:
     updated_at: dt.datetime
     delivered_at: dt.datetime | None
     last_error: str | None
+    # Retention purged the payload and attempts; what is left is this summary.
+    purged_at: dt.datetime | None
 
 
 @dataclasses.dataclass(frozen=True)
 class EffectRecord(EffectSummary):
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None  # None once purged
     payload_sha256: str
     ordering_key: str | None
     lease_owner: str | None
@@ -130,12 +138,15 @@ def effect_detail(conn: Connection, key: str) -> EffectDetail:
     if row is None:
         ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
         if ledger is not None:
+            verb = _LEDGER_VERBS.get(ledger["state"], f"{ledger['state']} on")
             raise NotFound(
-                f"effect {key} was delivered to {ledger['endpoint']} at "
-                f"{ledger['delivered_at'].isoformat()}; retention has purged its record"
+                f"effect {key} was {verb} {ledger['endpoint']} at "
+                f"{ledger['finished_at'].isoformat()}; retention has purged its record"
             )
         raise NotFound(f"no effect with key {key!r}")
     effect = from_row(EffectRecord, row)
+    if effect.purged_at is not None:
+        effect = dataclasses.replace(effect, payload=None)
     attempts = [
         from_row(Attempt, r)
         for r in conn.execute(
@@ -213,12 +224,14 @@ def operator_actions(
     return [from_row(OperatorAction, r) for r in rows.mappings()]
 
 
-def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+def mask_payload(payload: dict[str, Any] | None, paths: Sequence[str]) -> dict[str, Any] | None:
     """A copy of the payload with each dotted path's value replaced by ``***``.
 
     Paths that do not exist are ignored; a path through a list masks the field
     in every element (``lines.email`` masks ``lines[i].email``).
     """
+    if payload is None:
+        return None
     masked = copy.deepcopy(payload)
     for path in paths:
         _mask(masked, path.split("."))

@@ -23,6 +23,7 @@ from dispatcher.validation import (
     check_key,
     check_not_before,
     check_optional_text,
+    check_reference,
     payload_bytes,
     payload_sha256,
 )
@@ -48,6 +49,7 @@ def enqueue(
     recipient: str | None = None,
     ordering_key: str | None = None,
     not_before: dt.datetime | None = None,
+    reference: str | None = None,
 ) -> Enqueued:
     """Record an effect in the caller's transaction; nothing is sent until it commits.
 
@@ -60,6 +62,7 @@ def enqueue(
     recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
     ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
     not_before = check_not_before(not_before)
+    reference = check_reference(reference)
     if conn.execute(_Q["endpoint_exists"], {"endpoint": endpoint}).first() is None:
         raise UnknownEndpoint(endpoint)
     digest = payload_sha256(data)
@@ -73,6 +76,7 @@ def enqueue(
             "payload_sha256": digest,
             "ordering_key": ordering_key,
             "not_before": not_before,
+            "reference": reference,
         },
     ).first()
     if inserted is not None:

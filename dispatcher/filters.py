@@ -2,7 +2,7 @@
 
 A search must be bounded in time (``since`` .. ``until``, at most
 ``MAX_RANGE_DAYS``) and name at least one indexed column (job, endpoint,
-recipient or state), so every query it produces is an index range scan.
+recipient, reference or state), so every query it produces is an index range scan.
 Pages are keyset pages on ``(created_at, id)``; the cursor is opaque.
 """
 
@@ -57,6 +57,7 @@ class EffectFilter:
     endpoint: str | None = None
     recipient: str | None = None
     state: str | None = None
+    reference: str | None = None
 
     def params(self) -> dict[str, Any]:
         """Bind parameters for the named filter SQL (absent filters are NULL)."""
@@ -85,6 +86,7 @@ def build_filter(
     endpoint: str | None = None,
     recipient: str | None = None,
     state: str | None = None,
+    reference: str | None = None,
 ) -> EffectFilter:
     """Check a search's bounds; raise ``InvalidFilter`` naming the field and the fix."""
     since, until = _aware("since", since), _aware("until", until)
@@ -100,13 +102,13 @@ def build_filter(
         raise InvalidFilter("state", f"{state!r} is not a state", f"use one of {EFFECT_STATES}")
     if batch_id is not None and job is None:
         raise InvalidFilter("batch_id", "needs job", "give job too (a batch id is per job)")
-    if not any((job, endpoint, recipient, state)):
+    if not any((job, endpoint, recipient, state, reference)):
         raise InvalidFilter(
             "job",
             "no indexed filter given",
-            "filter by at least one of job, endpoint, recipient or state",
+            "filter by at least one of job, endpoint, recipient, reference or state",
         )
-    return EffectFilter(since, until, job, batch_id, endpoint, recipient, state)
+    return EffectFilter(since, until, job, batch_id, endpoint, recipient, state, reference)
 
 
 def check_limit(limit: int) -> int:

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dispatcher.errors import ConfigurationError
+from dispatcher.durations import parse_duration_s
+from dispatcher.errors import ConfigurationError, InvalidInput
 
 # Svix's schedule: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -48,6 +49,17 @@ def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _env_duration(env: Mapping[str, str], name: str) -> float:
+    """A duration such as ``30d``; unset or empty is 0 (off)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return parse_duration_s(name, raw)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{name}={raw!r} is not a duration; set it to e.g. 30d") from exc
+
+
 def _networks(
     env: Mapping[str, str], name: str
 ) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -80,6 +92,10 @@ class Settings:
     heartbeat_interval_s: float = 5.0
     retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
     retry_after_cap_s: float = 3600.0
+    # Retention in the dispatcher (off at 0): purge effects finished longer ago.
+    retention_older_than_s: float = 0.0
+    retention_interval_s: float = 3600.0
+    retention_batch_size: int = 1000
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # API.
@@ -119,6 +135,13 @@ class Settings:
                 env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
             ),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
+            retention_older_than_s=_env_duration(env, "OUTBOX_RETENTION_OLDER_THAN"),
+            retention_interval_s=_env_float(
+                env, "OUTBOX_RETENTION_INTERVAL_S", defaults.retention_interval_s
+            ),
+            retention_batch_size=_env_int(
+                env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
+            ),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),

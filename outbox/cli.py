@@ -25,6 +25,8 @@ COMMAND_MODULES = [
     "outbox.endpoints_cmd",
     "outbox.api_cmd",
     "outbox.tokens_cmd",
+    "outbox.purge_cmd",
+    "outbox.reconcile_cmd",
     "outbox.spark_cmd",
 ]
 

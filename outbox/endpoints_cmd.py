@@ -1,7 +1,8 @@
-"""``outbox endpoints add|list|show|pause|resume``: the named destinations.
+"""``outbox endpoints add|list|show|pause|resume`` (and, from ``endpoints_change_cmd``,
+``update|rotate-secret|recover``): the named destinations.
 
-Pause and resume take a reason and are recorded in ``operator_actions`` (actor
-``cli:<login>``), as the API's operator routes are.
+Every change (add, pause, resume, update, rotate-secret, recover) is recorded in
+``operator_actions`` (actor ``cli:<login>``), as the API's operator routes are.
 
 A webhook's signing secret is printed once, on creation, and never again.
 SMTP passwords are read from an environment variable, never from the command
@@ -11,16 +12,19 @@ line (where ``ps`` would show them).
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher import db, endpoints, operations
+from dispatcher import admin, endpoints, operations
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
-from outbox.database import database_url
+from outbox import endpoints_change_cmd
+from outbox.database import cli_actor, engine_for
+from outbox.endpoints_change_cmd import schedule
+
+ADD_REASON = "registered with outbox endpoints add"
 
 
 def register(sub: Any) -> None:
@@ -58,24 +62,17 @@ def register(sub: Any) -> None:
     resume.add_argument("name")
     resume.add_argument("--reason", required=True)
     resume.set_defaults(handler=resume_endpoint)
+    endpoints_change_cmd.register(cmds)
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout-s", type=float, default=10.0)
-    p.add_argument("--retry-schedule", help="delays in seconds, e.g. 0,5,300,1800")
-    p.add_argument("--rate-limit-per-s", type=float)
+    p.add_argument("--timeout-s", type=float, default=10.0, help="per send (default 10)")
+    p.add_argument(
+        "--retry-schedule", help="delays in seconds, e.g. 0,5,300,1800 (default: the dispatcher's)"
+    )
+    p.add_argument("--rate-limit-per-s", type=float, help="(default: unlimited)")
+    p.add_argument("--reason", default=ADD_REASON, help=f"for the audit (default {ADD_REASON!r})")
     p.add_argument("--json", action="store_true")
-
-
-def _schedule(raw: str | None) -> list[float] | None:
-    if not raw:
-        return None
-    try:
-        return [float(x) for x in raw.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ConfigurationError(
-            f"--retry-schedule {raw!r}: give seconds separated by commas, e.g. 0,5,300"
-        ) from exc
 
 
 def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = None) -> None:
@@ -91,21 +88,19 @@ def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = Non
         print("\nKeep the signing secret now: it is not shown again.")
 
 
-def _engine(settings: Settings) -> Any:
-    return db.create_engine(database_url(settings), pool_size=1)
-
-
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            endpoint, secret = endpoints.add_webhook(
+            endpoint, secret = admin.create_webhook(
                 conn,
+                actor=cli_actor(),
+                reason=args.reason,
                 name=args.name,
                 url=args.url,
                 signing_secret=args.secret,
                 timeout_s=args.timeout_s,
-                retry_schedule_s=_schedule(args.retry_schedule),
+                retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
             )
     finally:
@@ -122,11 +117,13 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
             raise ConfigurationError(
                 f"--smtp-password-env {args.smtp_password_env}: that variable is not set"
             )
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            endpoint = endpoints.add_email(
+            endpoint = admin.create_email(
                 conn,
+                actor=cli_actor(),
+                reason=args.reason,
                 name=args.name,
                 smtp_host=args.smtp_host,
                 smtp_port=args.smtp_port,
@@ -135,7 +132,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 smtp_username=args.smtp_username,
                 smtp_password=password,
                 timeout_s=args.timeout_s,
-                retry_schedule_s=_schedule(args.retry_schedule),
+                retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
             )
     finally:
@@ -145,7 +142,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.connect() as conn:
             found = endpoints.list_all(conn)
@@ -161,7 +158,7 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def show_endpoint(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.connect() as conn:
             endpoint = endpoints.get(conn, args.name)
@@ -183,10 +180,10 @@ def _operate(
     settings: Settings, action: Callable[..., None], name: str, reason: str, done: str
 ) -> int:
     """Pause or resume, with its ``operator_actions`` row in the same transaction."""
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            action(conn, name, actor=f"cli:{getpass.getuser()}", reason=reason)
+            action(conn, name, actor=cli_actor(), reason=reason)
     finally:
         engine.dispose()
     print(f"{done} {name}")
