@@ -193,3 +193,22 @@ class BulkRequeuePublic(Public):
     requeued: int
     dry_run: bool
     cap: int
+
+
+class ReconciliationLinePublic(Public):
+    category: str
+    count: int
+    explained: bool
+    meaning: str
+
+
+class ReconciliationPublic(Public):
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    result_rows: int
+    effect_rows: int = Field(description="what the job emitted for effects: valid rows + rejects")
+    payload_mismatches: int
+    attempts: int
+    lines: list[ReconciliationLinePublic]
+    unexplained: int = Field(description="rows no category explains; 0 when all adds up")

@@ -210,6 +210,10 @@ def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
     return BatchDetail(marker=from_row(BatchMarker, found), live=live)
 
 
+def batch_exists(conn: Connection, job: str, batch_id: str) -> bool:
+    return bool(conn.execute(_Q["batch_exists"], {"job": job, "batch_id": batch_id}).scalar())
+
+
 def batches_of_job(conn: Connection, job: str, *, limit: int = 100) -> list[BatchMarker]:
     rows = conn.execute(_Q["batches_of_job"], {"job": job, "limit": check_limit(limit)})
     return [from_row(BatchMarker, r) for r in rows.mappings()]

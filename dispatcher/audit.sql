@@ -75,3 +75,7 @@ FROM operator_actions
 WHERE CAST(:before_id AS bigint) IS NULL OR id < :before_id
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: batch_exists
+-- Does (job, batch_id) name a committed batch? (uq_batches_job_batch_id)
+SELECT EXISTS (SELECT 1 FROM batches WHERE job = :job AND batch_id = :batch_id);

@@ -12,20 +12,29 @@ import hmac
 import re
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlencode
 
 import jinja2
-from fastapi import APIRouter, Cookie, Depends, Form, Request
+from fastapi import APIRouter, Cookie, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from api.deps import Conn, SettingsDep
 from api.params import Key
-from dispatcher import audit, health, operations, tokens
+from dispatcher import audit, health, operations, reconcile, tokens
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from dispatcher.validation import MAX_REFERENCE_CHARS
 
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")
+BATCH_PAGE = 100
+SEARCH_ORDER = (
+    "an idempotency key (64 hex characters) opens the effect",
+    "job/batch_id of a committed batch opens the batch",
+    "a business reference (e.g. an invoice number), exact",
+    "a recipient, exact",
+)
 
 templates = Jinja2Templates(
     env=jinja2.Environment(
@@ -103,31 +112,82 @@ def logout() -> Response:
 
 @router.get("/search", response_class=HTMLResponse)
 def search(request: Request, conn: Conn, token: Session, q: str = "") -> Response:
-    """One box: a key opens the effect, ``job/batch_id`` a batch, anything else a recipient."""
+    """One box; the first that matches wins (SEARCH_ORDER, shown on the page): a key
+    opens the effect, ``job/batch_id`` of a committed batch opens the batch, then
+    effects by business reference, else by recipient (both exact, last 31 days)."""
     q = q.strip().replace("\x00", "")
+    if not q:
+        return RedirectResponse("/ui", status_code=303)
     if KEY.match(q):
         return RedirectResponse(f"/ui/effects/{q}", status_code=303)
-    now = dt.datetime.now(dt.UTC)
-    batch = None
     if "/" in q:
         job, batch_id = q.split("/", 1)
-        batch = audit.batch_detail(conn, job, batch_id)
-        at = batch.marker.committed_at
-        flt = build_filter(
-            since=at - dt.timedelta(days=MAX_RANGE_DAYS - 1),
-            until=at + dt.timedelta(days=1),
-            job=job,
-            batch_id=batch_id,
-        )
-    elif q:
-        until = now + dt.timedelta(minutes=1)
-        since = until - dt.timedelta(days=MAX_RANGE_DAYS)
-        flt = build_filter(since=since, until=until, recipient=q)
-    else:
-        return RedirectResponse("/ui", status_code=303)
-    page = audit.search(conn, flt, limit=MAX_PAGE)
+        if audit.batch_exists(conn, job, batch_id):
+            return RedirectResponse(_batch_url(job, batch_id), status_code=303)
+    until = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    since = until - dt.timedelta(days=MAX_RANGE_DAYS)
+    for matched in ("reference", "recipient"):
+        flt = build_filter(since=since, until=until, **{matched: q[:MAX_REFERENCE_CHARS]})
+        page = audit.search(conn, flt, limit=MAX_PAGE)
+        if page.items:
+            break
     return _page(
-        request, "results.html", token=token, q=q, batch=batch, page=page, days=MAX_RANGE_DAYS
+        request,
+        "results.html",
+        token=token,
+        q=q,
+        page=page,
+        matched=matched if page.items else None,
+        days=MAX_RANGE_DAYS,
+        order=SEARCH_ORDER,
+    )
+
+
+def _batch_url(job: str, batch_id: str, cursor: str | None = None) -> str:
+    """The batch page's URL, every part percent-encoded (ids may hold / ? # % and spaces)."""
+    query = {"job": job, "batch_id": batch_id} | ({"cursor": cursor} if cursor else {})
+    return "/ui/batch?" + urlencode(query)
+
+
+def _batch_link(item: object) -> str:
+    """Template filter: the batch page of anything with ``job`` and ``batch_id``."""
+    return _batch_url(str(getattr(item, "job", "")), str(getattr(item, "batch_id", "")))
+
+
+templates.env.filters["batch_url"] = _batch_link
+
+
+@router.get("/batch", response_class=HTMLResponse)
+def batch(
+    request: Request,
+    conn: Conn,
+    token: Session,
+    job: Annotated[str, Query(min_length=1, max_length=200)],
+    batch_id: Annotated[str, Query(min_length=1, max_length=1000)],
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """A batch (any id: it travels as a query parameter), its reconciliation, and its
+    effects a keyset page at a time."""
+    job, batch_id = job.replace("\x00", ""), batch_id.replace("\x00", "")
+    recon = reconcile.batch(conn, job, batch_id)
+    at = recon.committed_at
+    flt = build_filter(
+        since=at - dt.timedelta(days=MAX_RANGE_DAYS - 1),
+        until=at + dt.timedelta(days=1),
+        job=job,
+        batch_id=batch_id,
+    )
+    page = audit.search(conn, flt, limit=BATCH_PAGE, cursor=cursor)
+    next_url = _batch_url(job, batch_id, page.next_cursor) if page.next_cursor else None
+    return _page(
+        request,
+        "batch.html",
+        token=token,
+        batch=audit.batch_detail(conn, job, batch_id),
+        recon=recon,
+        page=page,
+        next_url=next_url,
+        first_url=_batch_url(job, batch_id) if cursor else None,
     )
 
 
