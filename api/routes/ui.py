@@ -19,6 +19,7 @@ from fastapi import APIRouter, Cookie, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from api.chart import svg as chart_svg
 from api.deps import Conn, SettingsDep
 from api.params import Key
 from dispatcher import audit, health, operations, reconcile, tokens
@@ -29,6 +30,7 @@ from dispatcher.validation import MAX_REFERENCE_CHARS
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")
 BATCH_PAGE = 100
+CHART_HOURS = 6
 SEARCH_ORDER = (
     "an idempotency key (64 hex characters) opens the effect",
     "job/batch_id of a committed batch opens the batch",
@@ -85,7 +87,15 @@ def _check_csrf(cookie: str, csrf: str) -> None:
 
 @router.get("", response_class=HTMLResponse)
 def home(request: Request, conn: Conn, token: Session) -> HTMLResponse:
-    return _page(request, "home.html", token=token, status=health.status(conn))
+    chart = chart_svg(health.activity(conn, hours=CHART_HOURS))
+    return _page(
+        request,
+        "home.html",
+        token=token,
+        status=health.status(conn),
+        chart=chart,
+        hours=CHART_HOURS,
+    )
 
 
 @router.post("/login")
