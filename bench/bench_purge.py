@@ -8,7 +8,9 @@ bulk.py) into a fresh database, cuts the finished ones into 2 x rounds slices by
 finish time, then per round (interleaved, the drain-alone run alternating before
 and after the concurrent one):
 1. purge alone: one slice, batch after batch (its own transactions), timed, with
-   the duration of every batch (how long its row locks are held);
+   the duration of every batch (how long its row locks are held), then the
+   VACUUM of what it touched, timed too (every purge is followed by a VACUUM, so
+   no drain meets autovacuum's clean-up of an earlier purge);
 2. drain alone: ``--drain`` fresh effects delivered by one ``outbox dispatcher
    run`` (concurrency 64) to a local uvicorn receiver;
 3. drain + purge: the same drain while the next slice is purged in a thread;
@@ -136,6 +138,15 @@ class Figures:
     drain_with: list[float] = dataclasses.field(default_factory=list)
 
 
+def _vacuum(engine: Engine) -> float:
+    """VACUUM what a purge touched, so the next drain does not meet autovacuum's work
+    (measured: a drain right after a purge ran at a fraction of its speed)."""
+    t0 = time.perf_counter()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sa.text("VACUUM (ANALYZE) effects, delivery_attempts, key_ledger"))
+    return time.perf_counter() - t0
+
+
 def _purge_alone(engine: Engine, cutoff: dt.datetime, batch_size: int) -> float:
     effects, attempts, batches = _purge(engine, cutoff, batch_size)
     seconds = sum(batches) / 1000
@@ -145,7 +156,7 @@ def _purge_alone(engine: Engine, cutoff: dt.datetime, batch_size: int) -> float:
         f"  purge alone: {effects:,} effects + {attempts:,} attempts in {seconds:.1f} s = "
         f"{effects / seconds:,.0f} effects/s, {attempts / seconds:,.0f} attempts/s; "
         f"per batch p50 {statistics.median(batches):.0f} ms, p99 {p99:.0f} ms, "
-        f"max {batches[-1]:.0f} ms"
+        f"max {batches[-1]:.0f} ms; then VACUUM {_vacuum(engine):.1f} s"
     )
     return effects / seconds
 
@@ -178,6 +189,7 @@ def _round(
             rate = _drain(engine, args.drain, f"w{r}-", purger)
             figures.drain_with.append(rate)
             figures.purge_during.append(purger.rate)
+            print(f"  (VACUUM after it: {_vacuum(engine):.1f} s)")
         print(f"  drain {kind:5} purge: {rate:,.0f} deliveries/s")
 
 

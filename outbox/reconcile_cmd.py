@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from dispatcher import reconcile
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 found = reconcile.job(conn, args.job, limit=args.limit)
     finally:
         engine.dispose()
+    if not found:
+        print(f"no committed batch of job {args.job!r}", file=sys.stderr)
     for r in found:
         if args.json:
             print(json.dumps(reconcile.as_dict(r), default=str))
