@@ -74,6 +74,18 @@ def _networks(
     return tuple(networks)
 
 
+def _check_retention(s: Settings) -> None:
+    """Refused at start, not when the retention side task first runs."""
+    if not 1 <= s.retention_batch_size <= 10_000:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_BATCH_SIZE={s.retention_batch_size} is out of range; use 1 to 10000"
+        )
+    if s.retention_interval_s <= 0:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything a process needs to know, in one immutable place."""
@@ -148,4 +160,6 @@ class Settings:
             log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
             log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
         )
-        return dataclasses.replace(settings, **overrides) if overrides else settings
+        settings = dataclasses.replace(settings, **overrides) if overrides else settings
+        _check_retention(settings)
+        return settings

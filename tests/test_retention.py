@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from dispatcher import db, operations, retention, store
 from dispatcher.enqueue import enqueue
-from dispatcher.errors import Conflict
+from dispatcher.errors import ConfigurationError, Conflict
 from dispatcher.keys import effect_key
 from dispatcher.settings import Settings
 from dispatcher.worker import Worker
@@ -173,3 +173,13 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
             sa.text("SELECT actor FROM operator_actions WHERE action = 'purge'")
         ).scalar_one()
     assert actor == "dispatcher:w-ret"
+
+
+def test_retention_settings_are_read_and_checked_at_start() -> None:
+    on = Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "30d"})
+    assert on.retention_older_than_s == THIRTY_DAYS_S and on.retention_batch_size == 1000
+    assert Settings.from_env(env={}).retention_older_than_s == 0  # off by default
+    with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_OLDER_THAN='soon'"):
+        Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "soon"})
+    with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_BATCH_SIZE=0"):
+        Settings.from_env(env={"OUTBOX_RETENTION_BATCH_SIZE": "0"})
