@@ -1,7 +1,7 @@
 """Retention at size: purge speed at 1M effects / 3M attempts, and what a running purge
 costs a concurrent drain.
 
-    python -m bench purge -- [--effects 1000000] [--drain 10000] [--rounds 3]
+    python -m bench purge -- [--effects 1000000] [--drain 20000] [--rounds 3]
 
 Loads ``--effects`` finished-and-pending effects with 3 attempts each (outbox/tools/
 bulk.py) into a fresh database, cuts the finished ones into 2 x rounds slices by
@@ -47,7 +47,7 @@ PAD = "x" * 260
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench purge", description=__doc__)
     p.add_argument("--effects", type=int, default=1_000_000, help="loaded (default 1,000,000)")
-    p.add_argument("--drain", type=int, default=10_000, help="effects per drain (default 10,000)")
+    p.add_argument("--drain", type=int, default=20_000, help="effects per drain (default 20,000)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batch-size", type=int, default=1000, help="purge batch (default 1000)")
     return p.parse_args(argv)
@@ -217,6 +217,12 @@ def _report(args: argparse.Namespace, f: Figures) -> None:
     print(f"  drain alone            {alone:10,.0f} deliveries/s")
     ratio = with_purge / alone
     print(f"  drain while purging    {with_purge:10,.0f} deliveries/s (ratio {ratio:.2f})")
+    per_round = [w / a for w, a in zip(f.drain_with, f.drain_alone, strict=True)]
+    print(
+        "  ratio within each round (side by side): "
+        + ", ".join(f"{r:.2f}" for r in per_round)
+        + f"; median {statistics.median(per_round):.2f}"
+    )
 
 
 def main(argv: list[str]) -> int:
