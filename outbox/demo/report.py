@@ -98,10 +98,11 @@ def render(r: dict[str, Any]) -> str:
             f"{b['rejects']:,} rejects"
         )
     lines.append(f"invoices in the results table: {r['result_rows']:,}")
-    rc = r["reconciliation"]
-    parts = ", ".join(f"{k} {v:,}" for k, v in rc["categories"].items())
+    recon = r["reconciliation"]
+    parts = ", ".join(f"{k} {v:,}" for k, v in recon["categories"].items())
     lines.append(
-        f"reconciliation of {rc['batches']} batches: {parts}; unexplained {rc['unexplained']:,}"
+        f"reconciliation of {recon['batches']} batches: {parts}; "
+        f"unexplained {recon['unexplained']:,}"
     )
     lines.append(f"rejected rows kept with their reason: {r['rejects']:,}")
     lines += [f"    {n:,} x {reason}" for reason, n in r["reject_reasons"]]
