@@ -28,7 +28,9 @@ ADD_REASON = "registered with outbox endpoints add"
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("endpoints", help="register, list, pause and resume endpoints")
+    p = sub.add_parser(
+        "endpoints", help="register, list, change, pause, resume and recover endpoints"
+    )
     cmds = p.add_subparsers(dest="endpoints_command", required=True, metavar="ACTION")
     add = cmds.add_parser("add", help="register an endpoint")
     kinds = add.add_subparsers(dest="kind", required=True, metavar="KIND")
