@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Query
 
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, EffectFilter, build_filter
+from dispatcher.validation import MAX_REFERENCE_CHARS
 
 # PostgreSQL text cannot hold NUL; refuse it at the edge (422), not in the driver (500).
 NO_NUL = r"^[^\x00]*$"
@@ -31,6 +32,9 @@ def effect_filter(
     batch_id: Annotated[str | None, _text(200, "batch id (needs job)")] = None,
     endpoint: Annotated[str | None, _text(200, "endpoint name")] = None,
     recipient: Annotated[str | None, _text(320, "recipient, exact")] = None,
+    reference: Annotated[
+        str | None, _text(MAX_REFERENCE_CHARS, "business reference (an invoice number), exact")
+    ] = None,
     state: Annotated[
         str | None, Query(description="pending, leased, delivered, dead or cancelled")
     ] = None,
@@ -43,6 +47,7 @@ def effect_filter(
         batch_id=batch_id,
         endpoint=endpoint,
         recipient=recipient,
+        reference=reference,
         state=state,
     )
 

@@ -37,6 +37,7 @@ class EffectPublic(Public):
     batch_id: str | None
     endpoint: str
     recipient: str | None
+    reference: str | None = Field(description="the business reference, e.g. an invoice number")
     state: str
     attempt_count: int
     next_attempt_at: Instant | None = Field(
@@ -46,10 +47,13 @@ class EffectPublic(Public):
     updated_at: Instant
     delivered_at: Instant | None
     last_error: str | None
+    purged_at: dt.datetime | None = Field(
+        description="retention purged the payload and attempts; what is left is shown"
+    )
 
 
 class EffectRecordPublic(EffectPublic):
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None = Field(description="null once purged")
     payload_sha256: str
     ordering_key: str | None
     lease_owner: str | None
@@ -191,6 +195,7 @@ class BulkRequeueCreate(ActionCreate):
     batch_id: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     endpoint: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     recipient: str | None = Field(None, max_length=320, pattern=r"^[^\x00]*$")
+    reference: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     cap: int = Field(1000, ge=1, le=10_000, description="refuse if more dead effects match")
     dry_run: bool = Field(True, description="only count; send false to requeue")
 
@@ -217,3 +222,22 @@ class RejectPublic(Public):
 class RejectPagePublic(Public):
     items: list[RejectPublic]
     next_cursor: str | None = Field(description="pass as cursor= for the next page; null: last")
+
+
+class ReconciliationLinePublic(Public):
+    category: str
+    count: int
+    explained: bool
+    meaning: str
+
+
+class ReconciliationPublic(Public):
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    result_rows: int
+    effect_rows: int = Field(description="what the job emitted for effects: valid rows + rejects")
+    payload_mismatches: int
+    attempts: int
+    lines: list[ReconciliationLinePublic]
+    unexplained: int = Field(description="rows no category explains; 0 when all adds up")

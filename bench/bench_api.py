@@ -1,4 +1,5 @@
-"""Audit API latency with a big outbox: p50/p99 of lookup by key, by recipient, a search page.
+"""Audit API latency with a big outbox: p50/p99 of lookup by key, by recipient, by
+business reference, and a search page.
 
 Loads ``--effects`` effects (default 1M) with 3 attempts each (3M) into a fresh
 database cloned from the migrated test template, using SQL generate_series
@@ -30,7 +31,7 @@ from dispatcher import db, tokens
 from dispatcher.settings import Settings
 from outbox.database import database_url
 from outbox.tools import scratch
-from outbox.tools.bulk import load, recipient_of
+from outbox.tools.bulk import load, recipient_of, reference_of
 
 TARGET_P99_MS = 20.0
 
@@ -93,6 +94,10 @@ class Kinds:
         params = {"recipient": recipient_of(self.rng.randint(1, self.n_effects), self.n_effects)}
         return self._search(params)
 
+    def by_reference(self, _: int) -> int:
+        """What support types when a customer quotes an invoice number."""
+        return self._search({"reference": reference_of(self.rng.randint(1, self.n_effects))})
+
     def search_page(self, _: int) -> int:
         """A support search: one endpoint's dead effects, a 100-row page."""
         return self._search({"endpoint": "billing-webhook", "state": "dead", "limit": 100})
@@ -135,6 +140,7 @@ def main(argv: list[str]) -> int:
             for name, call in (
                 ("GET /v1/effects/{key}", kinds.by_key),
                 ("search by recipient", kinds.by_recipient),
+                ("search by reference", kinds.by_reference),
                 ("search page (filtered)", kinds.search_page),
             ):
                 samples = sorted(_time(call, args.requests))

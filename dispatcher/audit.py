@@ -24,6 +24,11 @@ _Q = queries_beside(__file__, "audit.sql")
 
 MAX_ATTEMPTS_SHOWN = 500
 EXPORT_CHUNK = 500  # rows masked together (one payload lookup per chunk)
+_LEDGER_VERBS = {
+    "delivered": "delivered to",
+    "dead": "dead-lettered on",
+    "cancelled": "cancelled on",
+}
 
 T = TypeVar("T")
 
@@ -47,6 +52,7 @@ class EffectSummary:
     batch_id: str | None
     endpoint: str
     recipient: str | None
+    reference: str | None
     state: str
     attempt_count: int
     next_attempt_at: dt.datetime | None  # None once finished: delivered, dead, cancelled
@@ -54,11 +60,13 @@ class EffectSummary:
     updated_at: dt.datetime
     delivered_at: dt.datetime | None
     last_error: str | None
+    # Retention purged the payload and attempts; what is left is this summary.
+    purged_at: dt.datetime | None
 
 
 @dataclasses.dataclass(frozen=True)
 class EffectRecord(EffectSummary):
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None  # None once purged
     payload_sha256: str
     ordering_key: str | None
     lease_owner: str | None
@@ -132,12 +140,15 @@ def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> Ef
     if row is None:
         ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
         if ledger is not None:
+            verb = _LEDGER_VERBS.get(ledger["state"], f"{ledger['state']} on")
             raise NotFound(
-                f"effect {key} was delivered to {ledger['endpoint']} at "
-                f"{ledger['delivered_at'].isoformat()}; retention has purged its record"
+                f"effect {key} was {verb} {ledger['endpoint']} at "
+                f"{ledger['finished_at'].isoformat()}; retention has purged its record"
             )
         raise NotFound(f"no effect with key {key!r}")
     effect = from_row(EffectRecord, row)
+    if effect.purged_at is not None:
+        effect = dataclasses.replace(effect, payload=None)
     attempts = [
         from_row(Attempt, r)
         for r in conn.execute(
@@ -251,6 +262,10 @@ def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
         live[state] = n
     live["rejects"] = conn.execute(_Q["batch_reject_count"], params).scalar_one()
     return BatchDetail(marker=from_row(BatchMarker, found), live=live)
+
+
+def batch_exists(conn: Connection, job: str, batch_id: str) -> bool:
+    return bool(conn.execute(_Q["batch_exists"], {"job": job, "batch_id": batch_id}).scalar())
 
 
 def batches_of_job(conn: Connection, job: str, *, limit: int = 100) -> list[BatchMarker]:

@@ -1,11 +1,12 @@
 -- name: effect_by_key
 -- One effect by its key (uq_effects_idempotency_key). A finished effect (delivered,
 -- dead, cancelled) has no next attempt, whatever the column still holds.
-SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
+       attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
-       payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
+       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
 FROM effects
 WHERE idempotency_key = :key;
 
@@ -20,18 +21,20 @@ LIMIT :limit;
 
 -- name: ledger_entry
 -- A key whose effect row retention has purged is still known to the ledger.
-SELECT idempotency_key, endpoint, delivered_at FROM key_ledger WHERE idempotency_key = :key;
+SELECT idempotency_key, endpoint, state, COALESCE(delivered_at, finished_at) AS finished_at
+FROM key_ledger
+WHERE idempotency_key = :key;
 
 -- name: search_effects
 -- The audit search: a keyset page ordered by (created_at, id) descending. Absent
 -- filters are NULL; psycopg2 sends literals, so the planner folds the
 -- "IS NULL OR" branches away and picks the index of the filters given
--- (ix_effects_{recipient,job_batch_id,endpoint,state}_created_at_id). LIMIT NULL
--- (the CSV export) means no limit; since and until are NULL for a batch's search.
-SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
+-- (ix_effects_{recipient,reference,job_batch_id,endpoint,state}_created_at_id).
+-- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a batch's search.
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
             ELSE next_attempt_at END AS next_attempt_at,
-       created_at, updated_at, delivered_at, last_error
+       created_at, updated_at, delivered_at, last_error, purged_at
 FROM effects
 WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
   AND (CAST(:until AS timestamptz) IS NULL OR created_at < :until)
@@ -39,6 +42,7 @@ WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
   AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
   AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
   AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+  AND (CAST(:reference AS text) IS NULL OR reference = :reference)
   AND (CAST(:state AS text) IS NULL OR state = :state)
   AND (CAST(:cursor_at AS timestamptz) IS NULL
        OR (created_at, id) < (CAST(:cursor_at AS timestamptz), CAST(:cursor_id AS bigint)))
@@ -82,3 +86,6 @@ LIMIT :limit;
 -- name: payloads_by_id
 -- The payloads of a page of effects, to mask their last_error for the support role (pkey).
 SELECT id, payload FROM effects WHERE id = ANY(CAST(:ids AS bigint[]));
+-- name: batch_exists
+-- Does (job, batch_id) name a committed batch? (uq_batches_job_batch_id)
+SELECT EXISTS (SELECT 1 FROM batches WHERE job = :job AND batch_id = :batch_id);

@@ -25,7 +25,7 @@ from dispatcher.sqlfile import queries_beside
 _Q = queries_beside(__file__, "endpoints.sql")
 
 SECRET_PREFIX = "whsec_"  # noqa: S105  (a prefix, not a secret)
-_SECRET_FIELDS = ("signing_secret", "smtp_password")
+_SECRET_FIELDS = ("signing_secret", "previous_signing_secret", "smtp_password")
 
 
 def generate_signing_secret() -> str:
@@ -45,6 +45,8 @@ class Endpoint:
     kind: str
     url: str | None
     signing_secret: str | None = dataclasses.field(repr=False)
+    previous_signing_secret: str | None = dataclasses.field(repr=False)
+    previous_secret_expires_at: dt.datetime | None
     smtp_host: str | None
     smtp_port: int | None
     smtp_tls: str
@@ -67,6 +69,16 @@ class Endpoint:
             values["retry_schedule_s"] = tuple(values["retry_schedule_s"])
         return cls(**values)
 
+    def active_secrets(self, now: dt.datetime | None = None) -> list[str]:
+        """The secrets a delivery is signed with: the current one, and the previous
+        one while a rotation's overlap runs (docs/api.md, secret rotation)."""
+        found = [self.signing_secret] if self.signing_secret else []
+        until = self.previous_secret_expires_at
+        overlapping = until is not None and until > (now or dt.datetime.now(dt.UTC))
+        if self.previous_signing_secret and overlapping:
+            found.append(self.previous_signing_secret)
+        return found
+
     def public(self) -> dict[str, Any]:
         """Everything but the secrets (safe for logs, CLI listings and the API)."""
         data = dataclasses.asdict(self)
@@ -77,7 +89,7 @@ class Endpoint:
         return data
 
 
-def _check_webhook_url(url: str | None) -> str:
+def check_webhook_url(url: str | None) -> str:
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(
@@ -88,6 +100,21 @@ def _check_webhook_url(url: str | None) -> str:
     if parts.username or parts.password:
         raise InvalidRequest("url", "carries credentials", "remove user:password from the URL")
     return url  # type: ignore[return-value]
+
+
+def check_signing_secret(secret: str) -> str:
+    problem = not secret.startswith(SECRET_PREFIX)
+    try:
+        problem = problem or len(secret_bytes(secret)) < 24
+    except ValueError:  # binascii.Error: not base64
+        problem = True
+    if problem:
+        raise InvalidRequest(
+            "signing_secret",
+            "must be 'whsec_' + base64 of at least 24 bytes",
+            "omit it to have one generated",
+        )
+    return secret
 
 
 def add_webhook(
@@ -101,18 +128,12 @@ def add_webhook(
     rate_limit_per_s: float | None = None,
 ) -> tuple[Endpoint, str]:
     """Register a webhook endpoint; returns it and its signing secret (shown once)."""
-    secret = signing_secret or generate_signing_secret()
-    if not secret.startswith(SECRET_PREFIX) or len(secret_bytes(secret)) < 24:
-        raise InvalidRequest(
-            "signing_secret",
-            "must be 'whsec_' + base64 of at least 24 bytes",
-            "omit it to have one generated",
-        )
+    secret = check_signing_secret(signing_secret or generate_signing_secret())
     return _insert(
         conn,
         name=name,
         kind="webhook",
-        url=_check_webhook_url(url),
+        url=check_webhook_url(url),
         signing_secret=secret,
         timeout_s=timeout_s,
         retry_schedule_s=retry_schedule_s,

@@ -33,6 +33,7 @@ from dispatcher.validation import (
     check_key,
     check_not_before,
     check_optional_text,
+    check_reference,
     payload_bytes,
     payload_sha256,
 )
@@ -58,6 +59,7 @@ def enqueue(
     recipient: str | None = None,
     ordering_key: str | None = None,
     not_before: dt.datetime | None = None,
+    reference: str | None = None,
 ) -> Enqueued:
     """Record an effect in the caller's transaction; nothing is sent until it commits.
 
@@ -70,6 +72,7 @@ def enqueue(
     recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
     ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
     not_before = check_not_before(not_before)
+    reference = check_reference(reference)
     kind = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).scalar()
     if kind is None:
         raise UnknownEndpoint(endpoint)
@@ -86,6 +89,7 @@ def enqueue(
             "payload_sha256": digest,
             "ordering_key": ordering_key,
             "not_before": not_before,
+            "reference": reference,
         },
     ).first()
     if inserted is not None:

@@ -5,11 +5,12 @@ SELECT kind FROM endpoints WHERE name = :endpoint;
 
 -- name: insert_effect
 -- Idempotent on the key: a second enqueue of the same key inserts nothing and
--- returns nothing, so the caller learns whether the effect is new.
+-- returns nothing, so the caller learns whether the effect is new. A key in the
+-- key ledger (delivered, or dead/cancelled and purged) is never enqueued again.
 INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256,
-                     ordering_key, next_attempt_at)
+                     ordering_key, reference, next_attempt_at)
 SELECT :idempotency_key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
-       :ordering_key, COALESCE(:not_before, now())
+       :ordering_key, :reference, COALESCE(:not_before, now())
 WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;

@@ -1,9 +1,9 @@
 """The effect search filter shared by the audit search, its CSV export and bulk requeue.
 
-A search must name at least one indexed column (job, endpoint, recipient or
-state), so every query it produces is an index range scan, and be bounded:
-by a batch (``job`` + ``batch_id``: a batch holds what one commit wrote), or
-in time (``since`` .. ``until``, at most ``MAX_RANGE_DAYS``) for the
+A search must name at least one indexed column (job, endpoint, recipient,
+reference or state), so every query it produces is an index range scan, and be
+bounded: by a batch (``job`` + ``batch_id``: a batch holds what one commit
+wrote), or in time (``since`` .. ``until``, at most ``MAX_RANGE_DAYS``) for the
 open-ended searches.
 Pages are keyset pages on ``(created_at, id)``; the cursor is opaque.
 """
@@ -68,6 +68,7 @@ class EffectFilter:
     endpoint: str | None = None
     recipient: str | None = None
     state: str | None = None
+    reference: str | None = None
 
     def params(self) -> dict[str, Any]:
         """Bind parameters for the named filter SQL (absent filters are NULL)."""
@@ -97,6 +98,7 @@ def build_filter(
     endpoint: str | None = None,
     recipient: str | None = None,
     state: str | None = None,
+    reference: str | None = None,
 ) -> EffectFilter:
     """Check a search's bounds; raise ``InvalidFilter`` naming the field and the fix."""
     if job is not None and batch_id is not None and since is None and until is None:
@@ -113,13 +115,13 @@ def build_filter(
     state = _state(state)
     if batch_id is not None and job is None:
         raise InvalidFilter("batch_id", "needs job", "give job too (a batch id is per job)")
-    if not any((job, endpoint, recipient, state)):
+    if not any((job, endpoint, recipient, state, reference)):
         raise InvalidFilter(
             "job",
             "no indexed filter given",
-            "filter by at least one of job, endpoint, recipient or state",
+            "filter by at least one of job, endpoint, recipient, reference or state",
         )
-    return EffectFilter(since, until, job, batch_id, endpoint, recipient, state)
+    return EffectFilter(since, until, job, batch_id, endpoint, recipient, state, reference)
 
 
 def _state(state: str | None) -> str | None:

@@ -98,6 +98,36 @@ def status(conn: Connection) -> Status:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Minute:
+    minute: dt.datetime
+    delivered: int
+    failed: int  # retry, dead or gone
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity:
+    """Attempts per minute from ``start`` (inclusive) over ``minutes`` minutes; quiet
+    minutes are absent from ``points``."""
+
+    start: dt.datetime
+    minutes: int
+    points: list[Minute]
+
+
+MAX_ACTIVITY_HOURS = 24
+
+
+def activity(conn: Connection, hours: int = 6) -> Activity:
+    hours = max(1, min(hours, MAX_ACTIVITY_HOURS))
+    end = conn.execute(_Q["this_minute"]).scalar_one()
+    points = [
+        from_row(Minute, r)
+        for r in conn.execute(_Q["attempts_per_minute"], {"hours": hours}).mappings()
+    ]
+    return Activity(start=end - dt.timedelta(hours=hours), minutes=hours * 60 + 1, points=points)
+
+
 def queue_gauges(conn: Connection) -> QueueGauges:
     counts = dict.fromkeys(("pending", "leased", "dead"), 0)
     counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})

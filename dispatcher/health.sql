@@ -71,3 +71,18 @@ ORDER BY ep.name;
 SELECT DISTINCT ON (job) job, batch_id, committed_at, effects_new, rejects
 FROM batches
 ORDER BY job, committed_at DESC;
+
+-- name: attempts_per_minute
+-- The status chart: delivered and failed attempts per minute over the last :hours
+-- hours; a range scan of ix_delivery_attempts_started_at bounded by time.
+SELECT date_trunc('minute', started_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+       count(*) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')) AS failed
+FROM delivery_attempts
+WHERE started_at >= date_trunc('minute', now()) - make_interval(hours => :hours)
+GROUP BY 1
+ORDER BY 1;
+
+-- name: this_minute
+-- The chart's right edge, on the database's clock (the attempts' clock).
+SELECT date_trunc('minute', now());

@@ -29,14 +29,21 @@ import copy
 import json
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 MASK = "***"
 _SHORT = 4  # values shorter than this are masked as whole words only
 
 
-def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
-    """A copy of the payload with each dotted path's value replaced by ``***``."""
+@overload
+def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]: ...
+@overload
+def mask_payload(payload: None, paths: Sequence[str]) -> None: ...
+def mask_payload(payload: dict[str, Any] | None, paths: Sequence[str]) -> dict[str, Any] | None:
+    """A copy of the payload with each dotted path's value replaced by ``***``
+    (None stays None: retention purged it)."""
+    if payload is None:
+        return None
     masked: dict[str, Any] = _masked_copy(payload, paths)
     return masked
 
@@ -61,9 +68,11 @@ def _mask(node: Any, parts: list[str]) -> None:
         _mask(node[parts[0]], parts[1:])
 
 
-def masked_values(payload: dict[str, Any], paths: Sequence[str]) -> tuple[str, ...]:
+def masked_values(payload: dict[str, Any] | None, paths: Sequence[str]) -> tuple[str, ...]:
     """The texts of the values that ``paths`` mask in ``payload`` (rule 2b's needles)."""
     found: set[str] = set()
+    if payload is None:
+        return ()
     for path in paths:
         for value in _at(payload, path.split(".")):
             for leaf in _leaves(value):

@@ -1,4 +1,4 @@
-"""Operator actions: requeue, cancel, pause, resume, bulk requeue; each one audited.
+"""Operator actions: requeue, cancel, pause, resume, bulk requeue, recover; each audited.
 
 Every action writes its ``operator_actions`` row in the same transaction as the
 change itself, so there is no change without its record and no record of a
@@ -9,6 +9,7 @@ targets ``NotFound``; the caller's transaction then rolls back both.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 from typing import Any
@@ -34,7 +35,7 @@ class BulkRequeue:
     cap: int
 
 
-def _reason(reason: str) -> str:
+def check_reason(reason: str) -> str:
     if not reason or not reason.strip():
         raise InvalidRequest("reason", "is empty", "say why, e.g. 'receiver fixed, ticket 4711'")
     if "\x00" in reason:
@@ -55,7 +56,7 @@ def record_action(
         "actor": actor,
         "action": action,
         "target": target,
-        "reason": _reason(reason),
+        "reason": check_reason(reason),
         "details": json.dumps(details or {}, default=str),
     }
     action_id = int(conn.execute(_Q["record_action"], params).scalar_one())
@@ -79,7 +80,7 @@ def _refuse(conn: Connection, key: str, wanted: str, verb: str) -> Conflict | No
 
 
 def requeue(conn: Connection, key: str, *, actor: str, reason: str) -> None:
-    reason = _reason(reason)
+    reason = check_reason(reason)
     if conn.execute(_Q["requeue_dead"], {"key": key}).first() is None:
         raise _refuse(conn, key, "dead", "requeued")
     record_action(conn, actor=actor, action="requeue", target=key, reason=reason)
@@ -87,20 +88,20 @@ def requeue(conn: Connection, key: str, *, actor: str, reason: str) -> None:
 
 
 def cancel(conn: Connection, key: str, *, actor: str, reason: str) -> None:
-    reason = _reason(reason)
+    reason = check_reason(reason)
     if conn.execute(_Q["cancel_pending"], {"key": key}).first() is None:
         raise _refuse(conn, key, "pending", "cancelled")
     record_action(conn, actor=actor, action="cancel", target=key, reason=reason)
 
 
 def pause_endpoint(conn: Connection, name: str, *, actor: str, reason: str) -> None:
-    reason = _reason(reason)
+    reason = check_reason(reason)
     endpoints.pause(conn, name, reason)
     record_action(conn, actor=actor, action="pause_endpoint", target=name, reason=reason)
 
 
 def resume_endpoint(conn: Connection, name: str, *, actor: str, reason: str) -> None:
-    reason = _reason(reason)
+    reason = check_reason(reason)
     endpoints.resume(conn, name)
     record_action(conn, actor=actor, action="resume_endpoint", target=name, reason=reason)
 
@@ -112,33 +113,72 @@ def bulk_requeue(
 
     The dry run only counts, so an operator sees the blast radius first.
     """
-    reason = _reason(reason)
+    reason = check_reason(reason)
+    params = flt.params()
+    queries = ("count_dead_matching", "bulk_requeue_dead")
+    done, keys = _capped_requeue(conn, queries, params, cap=cap, dry_run=dry_run)
+    if not dry_run:
+        details = {"filter": params, "requeued": len(keys), "keys": keys[:100]}
+        record_action(
+            conn,
+            actor=actor,
+            action="bulk_requeue",
+            target=_describe(flt),
+            reason=reason,
+            details=details,
+        )
+    return done
+
+
+def recover_endpoint(
+    conn: Connection,
+    name: str,
+    *,
+    since: dt.datetime,
+    cap: int,
+    dry_run: bool,
+    actor: str,
+    reason: str,
+) -> BulkRequeue:
+    """Requeue an endpoint's effects that died since ``since`` (it is back up).
+
+    Capped and counted first like ``bulk_requeue``; purged effects are left dead.
+    """
+    reason = check_reason(reason)
+    if since.tzinfo is None:
+        raise InvalidRequest("since", "has no time zone", "append Z or an offset like +01:00")
+    endpoints.get(conn, name)  # NotFound for an unknown name
+    params = {"endpoint": name, "since": since}
+    queries = ("count_dead_of_endpoint", "recover_dead_of_endpoint")
+    done, keys = _capped_requeue(conn, queries, params, cap=cap, dry_run=dry_run)
+    if not dry_run:
+        details = {"since": since.isoformat(), "requeued": len(keys), "keys": keys[:100]}
+        action = "recover_endpoint"
+        record_action(conn, actor=actor, action=action, target=name, reason=reason, details=details)
+    return done
+
+
+def _capped_requeue(
+    conn: Connection, queries: tuple[str, str], params: dict[str, Any], *, cap: int, dry_run: bool
+) -> tuple[BulkRequeue, list[str]]:
+    """Count (up to cap + 1), then requeue unless a dry run or over the cap."""
     if not 1 <= cap <= MAX_BULK_CAP:
         raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
-    params = flt.params()
-    matched = conn.execute(_Q["count_dead_matching"], params | {"cap_plus_one": cap + 1}).scalar()
-    matched = int(matched or 0)
+    count, update = queries
+    matched = int(conn.execute(_Q[count], params | {"cap_plus_one": cap + 1}).scalar() or 0)
     if dry_run:
-        return BulkRequeue(matched=matched, requeued=0, dry_run=True, cap=cap)
+        return BulkRequeue(matched=matched, requeued=0, dry_run=True, cap=cap), []
     if matched > cap:
         raise Conflict(
             f"more than {cap} dead effects match; narrow the filter or raise cap "
             f"(at most {MAX_BULK_CAP})"
         )
-    keys = [row[0] for row in conn.execute(_Q["bulk_requeue_dead"], params)]
+    keys = [row[0] for row in conn.execute(_Q[update], params)]
     if len(keys) > cap:  # rows died between the count and the update
         raise Conflict(f"{len(keys)} dead effects match now, more than cap {cap}; try again")
-    record_action(
-        conn,
-        actor=actor,
-        action="bulk_requeue",
-        target=_describe(flt),
-        reason=reason,
-        details={"filter": params, "requeued": len(keys), "keys": keys[:100]},
-    )
     if keys:
         wakeup.notify(conn, "requeued")
-    return BulkRequeue(matched=len(keys), requeued=len(keys), dry_run=False, cap=cap)
+    return BulkRequeue(matched=len(keys), requeued=len(keys), dry_run=False, cap=cap), keys
 
 
 def _describe(flt: EffectFilter) -> str:

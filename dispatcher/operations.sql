@@ -4,7 +4,7 @@
 UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
-WHERE idempotency_key = :key AND state = 'dead'
+WHERE idempotency_key = :key AND state = 'dead' AND purged_at IS NULL
 RETURNING id;
 
 -- name: cancel_pending
@@ -17,7 +17,8 @@ RETURNING id;
 
 -- name: effect_state
 -- Why a transition did not apply: the effect's current state, if it exists.
-SELECT state FROM effects WHERE idempotency_key = :key;
+SELECT CASE WHEN purged_at IS NULL THEN state ELSE state || ' and purged' END
+FROM effects WHERE idempotency_key = :key;
 
 -- name: count_dead_matching
 -- The bulk requeue's dry run: how many dead effects the filter matches, counted
@@ -25,10 +26,12 @@ SELECT state FROM effects WHERE idempotency_key = :key;
 SELECT count(*) FROM (
     SELECT 1 FROM effects
     WHERE state = 'dead' AND created_at >= :since AND created_at < :until
+      AND purged_at IS NULL
       AND (CAST(:job AS text) IS NULL OR job = :job)
       AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
       AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
       AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+      AND (CAST(:reference AS text) IS NULL OR reference = :reference)
     LIMIT :cap_plus_one
 ) matching;
 
@@ -39,10 +42,12 @@ UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
 WHERE state = 'dead' AND created_at >= :since AND created_at < :until
+  AND purged_at IS NULL
   AND (CAST(:job AS text) IS NULL OR job = :job)
   AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
   AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
   AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+      AND (CAST(:reference AS text) IS NULL OR reference = :reference)
 RETURNING idempotency_key;
 
 -- name: record_action
@@ -50,3 +55,23 @@ RETURNING idempotency_key;
 INSERT INTO operator_actions (actor, action, target, reason, details)
 VALUES (:actor, :action, :target, :reason, CAST(:details AS jsonb))
 RETURNING id;
+
+-- name: count_dead_of_endpoint
+-- The recover dry run: dead effects of one endpoint that died (updated_at) since
+-- :since, purged ones excluded (their payload is gone); counted up to cap + 1
+-- (ix_effects_dead_endpoint_updated_at).
+SELECT count(*) FROM (
+    SELECT 1 FROM effects
+    WHERE state = 'dead' AND endpoint = :endpoint AND updated_at >= :since
+      AND purged_at IS NULL
+    LIMIT :cap_plus_one
+) matching;
+
+-- name: recover_dead_of_endpoint
+-- "Re-send everything that failed since Tuesday": the endpoint's dead effects
+-- since :since back to pending, due now; attempts and their history stay.
+UPDATE effects
+SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = now()
+WHERE state = 'dead' AND endpoint = :endpoint AND updated_at >= :since AND purged_at IS NULL
+RETURNING idempotency_key;

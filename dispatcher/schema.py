@@ -54,6 +54,10 @@ endpoints = sa.Table(
     # webhook
     sa.Column("url", sa.Text),
     sa.Column("signing_secret", sa.Text),
+    # Secret rotation: the secret before the last rotation keeps signing (beside the
+    # new one) until previous_secret_expires_at, so receivers can switch over.
+    sa.Column("previous_signing_secret", sa.Text),
+    _ts("previous_secret_expires_at"),
     # email
     sa.Column("smtp_host", sa.Text),
     sa.Column("smtp_port", sa.Integer),
@@ -134,6 +138,8 @@ effects = sa.Table(
     _ts("updated_at", nullable=False, default_now=True),
     _ts("delivered_at"),
     sa.Column("last_error", sa.Text),
+    # Retention purged the payload (now {}) and the attempts; the row stays as a stub.
+    _ts("purged_at"),
     sa.UniqueConstraint("idempotency_key"),
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
     sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
@@ -166,6 +172,23 @@ effects = sa.Table(
         "id",
         postgresql_where=sa.text("reference IS NOT NULL"),
     ),
+    # Retention: finished rows not yet purged, oldest finish first. A row enters it
+    # once, when it finishes, and leaves when purged, so the purge never rescans stubs.
+    sa.Index(
+        "ix_effects_purgeable",
+        "updated_at",
+        "id",
+        postgresql_where=sa.text(
+            "purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
+        ),
+    ),
+    # Recover: an endpoint's dead effects by when they died (dead rows are few).
+    sa.Index(
+        "ix_effects_dead_endpoint_updated_at",
+        "endpoint",
+        "updated_at",
+        postgresql_where=sa.text("state = 'dead'"),
+    ),
 )
 
 delivery_attempts = sa.Table(
@@ -193,15 +216,25 @@ delivery_attempts = sa.Table(
     sa.Index(None, "started_at"),
 )
 
-# A delivered key stays known here after its effect row and payload are purged
-# by retention, so it is never sent again.
+LEDGER_STATES = ("delivered", "dead", "cancelled")
+
+# Finished keys stay known here, so they are never enqueued or sent again: a
+# delivered key from its delivery on (the record statement), a dead or cancelled
+# key from when retention purges its effect's payload. Only ``delivered`` rows
+# make the claim settle an effect without sending it.
 key_ledger = sa.Table(
     "key_ledger",
     metadata,
     sa.Column("idempotency_key", sa.Text, primary_key=True),
     sa.Column("endpoint", sa.Text, nullable=False),
     sa.Column("payload_sha256", sa.Text, nullable=False),
-    _ts("delivered_at", nullable=False),
+    _ts("delivered_at"),
+    sa.Column("state", sa.Text, nullable=False, server_default="delivered"),
+    _ts("finished_at", nullable=False, default_now=True),
+    sa.CheckConstraint(f"state IN {LEDGER_STATES!r}", name="state"),
+    sa.CheckConstraint(
+        "state <> 'delivered' OR delivered_at IS NOT NULL", name="delivered_has_delivered_at"
+    ),
 )
 
 rejects = sa.Table(

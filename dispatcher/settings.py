@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dispatcher.errors import ConfigurationError
+from dispatcher.durations import parse_duration_s
+from dispatcher.errors import ConfigurationError, InvalidInput
 
 # Svix's schedule: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
@@ -57,6 +58,17 @@ def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in raw.split(",") if item.strip())
 
 
+def _env_duration(env: Mapping[str, str], name: str) -> float:
+    """A duration such as ``30d``; unset or empty is 0 (off)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return parse_duration_s(name, raw)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{name}={raw!r} is not a duration; set it to e.g. 30d") from exc
+
+
 def _networks(
     env: Mapping[str, str], name: str
 ) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -69,6 +81,18 @@ def _networks(
                 f"{name}: {item!r} is not a network; write CIDR like 127.0.0.0/8 or 10.1.2.0/24"
             ) from exc
     return tuple(networks)
+
+
+def _check_retention(s: Settings) -> None:
+    """Refused at start, not when the retention side task first runs."""
+    if not 1 <= s.retention_batch_size <= 10_000:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_BATCH_SIZE={s.retention_batch_size} is out of range; use 1 to 10000"
+        )
+    if s.retention_interval_s <= 0:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +113,10 @@ class Settings:
     heartbeat_interval_s: float = 5.0
     retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
     retry_after_cap_s: float = 3600.0
+    # Retention in the dispatcher (off at 0): purge effects finished longer ago.
+    retention_older_than_s: float = 0.0
+    retention_interval_s: float = 3600.0
+    retention_batch_size: int = 1000
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
@@ -134,6 +162,13 @@ class Settings:
             ),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
             metrics_host=env.get("OUTBOX_METRICS_HOST", defaults.metrics_host),
+            retention_older_than_s=_env_duration(env, "OUTBOX_RETENTION_OLDER_THAN"),
+            retention_interval_s=_env_float(
+                env, "OUTBOX_RETENTION_INTERVAL_S", defaults.retention_interval_s
+            ),
+            retention_batch_size=_env_int(
+                env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
+            ),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),
@@ -141,4 +176,6 @@ class Settings:
             log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
             log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
         )
-        return dataclasses.replace(settings, **overrides) if overrides else settings
+        settings = dataclasses.replace(settings, **overrides) if overrides else settings
+        _check_retention(settings)
+        return settings

@@ -20,6 +20,7 @@ WITH due AS (
 ), known AS (
     SELECT due.id, k.delivered_at
     FROM due LEFT JOIN key_ledger k ON k.idempotency_key = due.idempotency_key
+                                   AND k.state = 'delivered'
 )
 UPDATE effects e SET
     state = CASE WHEN known.delivered_at IS NULL THEN 'leased' ELSE 'delivered' END,

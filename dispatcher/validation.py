@@ -105,6 +105,16 @@ def check_optional_text(field: str, value: object, max_chars: int) -> str | None
     return value
 
 
+def check_reference(value: object) -> str | None:
+    """A business reference (an invoice number): optional, short, NUL-free text."""
+    reference = check_optional_text("reference", value, MAX_REFERENCE_CHARS)
+    if reference is not None and "\x00" in reference:
+        raise InvalidEffect(
+            "reference", "contains a NUL character", "remove it; PostgreSQL text cannot hold NUL"
+        )
+    return reference
+
+
 def check_not_before(value: object) -> dt.datetime | None:
     if value is None:
         return None

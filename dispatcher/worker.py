@@ -8,8 +8,8 @@ never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat) are named and a crash of any stops the worker with a non-zero exit;
-signals are installed by the CLI, not here.
+heartbeat; retention when configured) are named and a crash of any stops the
+worker with a non-zero exit; signals are installed by the CLI, not here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import uuid
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import store
+from dispatcher import retention, store
 from dispatcher.dbcalls import DbCalls
 from dispatcher.delivery import Delivery
 from dispatcher.metrics import Metrics
@@ -83,6 +83,9 @@ class Worker:
             "recorder": asyncio.create_task(self._recorder(), name="recorder"),
             "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
         }
+        if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
+            purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
+            side["retention"] = asyncio.create_task(purging, name="retention")
         for task in side.values():
             task.add_done_callback(self._side_task_done)
         log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})

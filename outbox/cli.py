@@ -30,6 +30,8 @@ COMMAND_MODULES = [
     "outbox.effects_cmd",
     "outbox.api_cmd",
     "outbox.tokens_cmd",
+    "outbox.purge_cmd",
+    "outbox.reconcile_cmd",
     "outbox.spark_cmd",
 ]
 # A process killed by SIGPIPE reports 128 + 13: what `yes | head` shows under pipefail.

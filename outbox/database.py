@@ -7,6 +7,11 @@ PostgreSQL started from the machine's binaries under ``--state-dir``.
 
 from __future__ import annotations
 
+import getpass
+
+from sqlalchemy.engine import Engine
+
+from dispatcher import db
 from dispatcher.settings import Settings
 from outbox.tools.pgcluster import PrivateCluster
 
@@ -16,3 +21,13 @@ def database_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     return PrivateCluster(settings.state_dir).ensure_running().url
+
+
+def engine_for(settings: Settings) -> Engine:
+    """A one-connection engine for a command that runs a few statements."""
+    return db.create_engine(database_url(settings), pool_size=1)
+
+
+def cli_actor() -> str:
+    """Who did it, in ``operator_actions``: the login running the command."""
+    return f"cli:{getpass.getuser()}"

@@ -1,7 +1,8 @@
-"""``outbox endpoints add|list|show|pause|resume``: the named destinations.
+"""``outbox endpoints add|list|show|pause|resume`` (and, from ``endpoints_change_cmd``,
+``update|rotate-secret|recover``): the named destinations.
 
-Pause and resume take a reason and are recorded in ``operator_actions`` (actor
-``cli:<login>``), as the API's operator routes are.
+Every change (add, pause, resume, update, rotate-secret, recover) is recorded in
+``operator_actions`` (actor ``cli:<login>``), as the API's operator routes are.
 
 A webhook's signing secret is printed once, on creation, and never again.
 Secrets come from standard input (``--secret-stdin``, ``--smtp-password-stdin``:
@@ -13,7 +14,6 @@ to every user; ``--secret VALUE`` still works for old scripts and says so.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import sys
@@ -21,14 +21,20 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from dispatcher import db, endpoints, operations, ssrf
+from dispatcher import admin, endpoints, operations, ssrf
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
-from outbox.database import database_url
+from outbox import endpoints_change_cmd
+from outbox.database import cli_actor, engine_for
+from outbox.endpoints_change_cmd import schedule
+
+ADD_REASON = "registered with outbox endpoints add"
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("endpoints", help="register, list, pause and resume endpoints")
+    p = sub.add_parser(
+        "endpoints", help="register, list, change, pause, resume and recover endpoints"
+    )
     cmds = p.add_subparsers(dest="endpoints_command", required=True, metavar="ACTION")
     add = cmds.add_parser("add", help="register an endpoint")
     kinds = add.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -82,6 +88,7 @@ def register(sub: Any) -> None:
     resume.add_argument("name")
     resume.add_argument("--reason", required=True)
     resume.set_defaults(handler=resume_endpoint)
+    endpoints_change_cmd.register(cmds)
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
@@ -94,18 +101,8 @@ def _policy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--rate-limit-per-s", type=float, help="sends per second per dispatcher (default: no limit)"
     )
+    p.add_argument("--reason", default=ADD_REASON, help=f"for the audit (default {ADD_REASON!r})")
     p.add_argument("--json", action="store_true")
-
-
-def _schedule(raw: str | None) -> list[float] | None:
-    if not raw:
-        return None
-    try:
-        return [float(x) for x in raw.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ConfigurationError(
-            f"--retry-schedule {raw!r}: give seconds separated by commas, e.g. 0,5,300"
-        ) from exc
 
 
 def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = None) -> None:
@@ -119,10 +116,6 @@ def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = Non
         print(f"{name:18} {value}")
     if secret is not None:
         print("\nKeep the signing secret now: it is not shown again.")
-
-
-def _engine(settings: Settings) -> Any:
-    return db.create_engine(database_url(settings), pool_size=1)
 
 
 def _secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
@@ -142,16 +135,18 @@ def _secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
 
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
     given = _secret("--secret", args.secret_stdin, args.secret_env) or args.secret
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            endpoint, secret = endpoints.add_webhook(
+            endpoint, secret = admin.create_webhook(
                 conn,
+                actor=cli_actor(),
+                reason=args.reason,
                 name=args.name,
                 url=args.url,
                 signing_secret=given,
                 timeout_s=args.timeout_s,
-                retry_schedule_s=_schedule(args.retry_schedule),
+                retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
             )
     finally:
@@ -180,11 +175,13 @@ def _warn_if_refused(name: str, url: str, settings: Settings) -> None:
 
 def add_email(args: argparse.Namespace, settings: Settings) -> int:
     password = _secret("--smtp-password", args.smtp_password_stdin, args.smtp_password_env)
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            endpoint = endpoints.add_email(
+            endpoint = admin.create_email(
                 conn,
+                actor=cli_actor(),
+                reason=args.reason,
                 name=args.name,
                 smtp_host=args.smtp_host,
                 smtp_port=args.smtp_port,
@@ -193,7 +190,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 smtp_username=args.smtp_username,
                 smtp_password=password,
                 timeout_s=args.timeout_s,
-                retry_schedule_s=_schedule(args.retry_schedule),
+                retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
             )
     finally:
@@ -203,7 +200,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.connect() as conn:
             found = endpoints.list_all(conn)
@@ -219,7 +216,7 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def show_endpoint(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.connect() as conn:
             endpoint = endpoints.get(conn, args.name)
@@ -241,10 +238,10 @@ def _operate(
     settings: Settings, action: Callable[..., None], name: str, reason: str, done: str
 ) -> int:
     """Pause or resume, with its ``operator_actions`` row in the same transaction."""
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            action(conn, name, actor=f"cli:{getpass.getuser()}", reason=reason)
+            action(conn, name, actor=cli_actor(), reason=reason)
     finally:
         engine.dispose()
     print(f"{done} {name}")

@@ -1,4 +1,7 @@
-"""``outbox tokens create|list|revoke``: API tokens; the plaintext is printed once."""
+"""``outbox tokens create|list|revoke``: API tokens; the plaintext is printed once.
+
+Creation and revocation are recorded in ``operator_actions`` (actor ``cli:<login>``).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,10 @@ import json
 import sys
 from typing import Any
 
-from dispatcher import db, tokens
+from dispatcher import admin, tokens
 from dispatcher.schema import ROLES
 from dispatcher.settings import Settings
-from outbox.database import database_url
+from outbox.database import cli_actor, engine_for
 
 
 def register(sub: Any) -> None:
@@ -22,24 +25,28 @@ def register(sub: Any) -> None:
     create_p.add_argument(
         "--json", action="store_true", help="print one JSON object (name, role, token)"
     )
+    create_p.add_argument(
+        "--reason", default="new token", help="for the audit trail (default 'new token')"
+    )
     create_p.set_defaults(handler=create)
     list_p = cmds.add_parser("list", help="list tokens (never their values)")
     list_p.add_argument("--json", action="store_true", help="print JSON lines")
     list_p.set_defaults(handler=list_tokens)
     revoke_p = cmds.add_parser("revoke", help="revoke a token by name")
     revoke_p.add_argument("name")
+    revoke_p.add_argument(
+        "--reason", default="revoked", help="for the audit trail (default 'revoked')"
+    )
     revoke_p.set_defaults(handler=revoke)
 
 
-def _engine(settings: Settings) -> Any:
-    return db.create_engine(database_url(settings), pool_size=1)
-
-
 def create(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            token, plaintext = tokens.create(conn, name=args.name, role=args.role)
+            token, plaintext = admin.create_token(
+                conn, name=args.name, role=args.role, actor=cli_actor(), reason=args.reason
+            )
     finally:
         engine.dispose()
     if args.json:
@@ -52,7 +59,7 @@ def create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def list_tokens(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.connect() as conn:
             found = tokens.list_all(conn)
@@ -75,10 +82,10 @@ def list_tokens(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def revoke(args: argparse.Namespace, settings: Settings) -> int:
-    engine = _engine(settings)
+    engine = engine_for(settings)
     try:
         with engine.begin() as conn:
-            tokens.revoke(conn, args.name)
+            admin.revoke_token(conn, args.name, actor=cli_actor(), reason=args.reason)
     finally:
         engine.dispose()
     print(f"revoked {args.name}")

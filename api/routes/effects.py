@@ -28,12 +28,14 @@ CSV_COLUMNS = (
     "batch_id",
     "endpoint",
     "recipient",
+    "reference",
     "state",
     "attempt_count",
     "created_at",
     "delivered_at",
     "next_attempt_at",
     "last_error",
+    "purged_at",
 )
 
 

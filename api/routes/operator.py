@@ -59,6 +59,7 @@ def bulk_requeue(conn: Conn, token: Operator, body: BulkRequeueCreate) -> BulkRe
         batch_id=body.batch_id,
         endpoint=body.endpoint,
         recipient=body.recipient,
+        reference=body.reference,
         state="dead",
     )
     result = operations.bulk_requeue(

@@ -19,8 +19,8 @@ Every form that changes something carries a CSRF token:
   victim working under the attacker's token) fails. The value is random, not
   derived from a server secret, so any API replica accepts any other's form.
 
-Sign-out can also revoke the signed-in token (``tokens.revoke``, as ``outbox
-tokens revoke`` does), for a token that may have leaked.
+Sign-out can also revoke the signed-in token (``admin.revoke_token``, audited, as
+``outbox tokens revoke`` does), for a token that may have leaked.
 """
 
 from __future__ import annotations
@@ -31,23 +31,34 @@ import re
 import secrets
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlencode
 
 import jinja2
-from fastapi import APIRouter, Cookie, Depends, Form, Request
+from fastapi import APIRouter, Cookie, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
+from api.chart import svg as chart_svg
 from api.deps import Conn, SettingsDep, masked_for
 from api.params import Key
-from dispatcher import audit, health, operations, tokens
+from dispatcher import admin, audit, health, operations, reconcile, tokens
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from dispatcher.settings import Settings
 from dispatcher.timestamps import iso
+from dispatcher.validation import MAX_REFERENCE_CHARS
 
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")
+BATCH_PAGE = 100
+CHART_HOURS = 6
+SEARCH_ORDER = (
+    "an idempotency key (64 hex characters) opens the effect",
+    "job/batch_id of a committed batch opens the batch",
+    "a business reference (e.g. an invoice number), exact",
+    "a recipient, exact",
+)
 SESSION_S = 12 * 3600
 # What every /ui response says to the browser (api/app.py adds them).
 SECURITY_HEADERS = {
@@ -143,7 +154,15 @@ def _check_csrf(expected: str, csrf: str) -> None:
 
 @router.get("", response_class=HTMLResponse)
 def home(request: Request, conn: Conn, token: Session) -> HTMLResponse:
-    return _page(request, "home.html", token=token, status=health.status(conn))
+    chart = chart_svg(health.activity(conn, hours=CHART_HOURS))
+    return _page(
+        request,
+        "home.html",
+        token=token,
+        status=health.status(conn),
+        chart=chart,
+        hours=CHART_HOURS,
+    )
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -190,7 +209,10 @@ def logout(
     if cookie:
         _check_csrf(tokens.csrf_token(cookie), csrf)
         if revoke:
-            tokens.revoke(conn, tokens.authenticate(conn, cookie).name)
+            name = tokens.authenticate(conn, cookie).name
+            admin.revoke_token(
+                conn, name, actor=f"ui:{name}", reason="revoked by its holder at sign-out"
+            )
     response = RedirectResponse("/ui", status_code=303)
     response.delete_cookie(COOKIE, secure=_secure(settings), httponly=True, samesite="strict")
     return response
@@ -198,31 +220,82 @@ def logout(
 
 @router.get("/search", response_class=HTMLResponse)
 def search(request: Request, conn: Conn, token: Session, q: str = "") -> Response:
-    """One box: a key opens the effect, ``job/batch_id`` a batch, anything else a recipient."""
+    """One box; the first that matches wins (SEARCH_ORDER, shown on the page): a key
+    opens the effect, ``job/batch_id`` of a committed batch opens the batch, then
+    effects by business reference, else by recipient (both exact, last 31 days)."""
     q = q.strip().replace("\x00", "")
+    if not q:
+        return RedirectResponse("/ui", status_code=303)
     if KEY.match(q):
         return RedirectResponse(f"/ui/effects/{q}", status_code=303)
-    now = dt.datetime.now(dt.UTC)
-    batch = None
     if "/" in q:
         job, batch_id = q.split("/", 1)
-        batch = audit.batch_detail(conn, job, batch_id)
-        at = batch.marker.committed_at
-        flt = build_filter(
-            since=at - dt.timedelta(days=MAX_RANGE_DAYS - 1),
-            until=at + dt.timedelta(days=1),
-            job=job,
-            batch_id=batch_id,
-        )
-    elif q:
-        until = now + dt.timedelta(minutes=1)
-        since = until - dt.timedelta(days=MAX_RANGE_DAYS)
-        flt = build_filter(since=since, until=until, recipient=q)
-    else:
-        return RedirectResponse("/ui", status_code=303)
-    page = audit.search(conn, flt, limit=MAX_PAGE)
+        if audit.batch_exists(conn, job, batch_id):
+            return RedirectResponse(_batch_url(job, batch_id), status_code=303)
+    until = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    since = until - dt.timedelta(days=MAX_RANGE_DAYS)
+    for matched in ("reference", "recipient"):
+        flt = build_filter(since=since, until=until, **{matched: q[:MAX_REFERENCE_CHARS]})
+        page = audit.search(conn, flt, limit=MAX_PAGE)
+        if page.items:
+            break
     return _page(
-        request, "results.html", token=token, q=q, batch=batch, page=page, days=MAX_RANGE_DAYS
+        request,
+        "results.html",
+        token=token,
+        q=q,
+        page=page,
+        matched=matched if page.items else None,
+        days=MAX_RANGE_DAYS,
+        order=SEARCH_ORDER,
+    )
+
+
+def _batch_url(job: str, batch_id: str, cursor: str | None = None) -> str:
+    """The batch page's URL, every part percent-encoded (ids may hold / ? # % and spaces)."""
+    query = {"job": job, "batch_id": batch_id} | ({"cursor": cursor} if cursor else {})
+    return "/ui/batch?" + urlencode(query)
+
+
+def _batch_link(item: object) -> str:
+    """Template filter: the batch page of anything with ``job`` and ``batch_id``."""
+    return _batch_url(str(getattr(item, "job", "")), str(getattr(item, "batch_id", "")))
+
+
+templates.env.filters["batch_url"] = _batch_link
+
+
+@router.get("/batch", response_class=HTMLResponse)
+def batch(
+    request: Request,
+    conn: Conn,
+    token: Session,
+    job: Annotated[str, Query(min_length=1, max_length=200)],
+    batch_id: Annotated[str, Query(min_length=1, max_length=1000)],
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """A batch (any id: it travels as a query parameter), its reconciliation, and its
+    effects a keyset page at a time."""
+    job, batch_id = job.replace("\x00", ""), batch_id.replace("\x00", "")
+    recon = reconcile.batch(conn, job, batch_id)
+    at = recon.committed_at
+    flt = build_filter(
+        since=at - dt.timedelta(days=MAX_RANGE_DAYS - 1),
+        until=at + dt.timedelta(days=1),
+        job=job,
+        batch_id=batch_id,
+    )
+    page = audit.search(conn, flt, limit=BATCH_PAGE, cursor=cursor)
+    next_url = _batch_url(job, batch_id, page.next_cursor) if page.next_cursor else None
+    return _page(
+        request,
+        "batch.html",
+        token=token,
+        batch=audit.batch_detail(conn, job, batch_id),
+        recon=recon,
+        page=page,
+        next_url=next_url,
+        first_url=_batch_url(job, batch_id) if cursor else None,
     )
 
 

@@ -71,8 +71,8 @@ class WebhookChannel:
         """POST the payload, signed; never raises for a delivery problem."""
         assert self._session is not None, "start() the channel first"
         body = effect.payload.encode("utf-8")
-        secret = secret_bytes(endpoint.signing_secret or "")
-        headers = signing.headers(secret, effect.idempotency_key, int(time.time()), body)
+        secrets = [secret_bytes(s) for s in endpoint.active_secrets()]
+        headers = signing.headers(secrets, effect.idempotency_key, int(time.time()), body)
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         try:
             async with self._session.post(

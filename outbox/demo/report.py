@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from dispatcher import reconcile
 from outbox.demo import receivers, tally
 
 WEBHOOK = "billing-webhook"
@@ -29,6 +30,7 @@ def collect(engine: Engine, recv: receivers.Receivers) -> dict[str, Any]:
             "rejects": tally.reject_count(conn),
             "reject_reasons": tally.reject_reasons(conn),
             "dead_letters": tally.dead_letters(conn),
+            "reconciliation": reconciliation(conn),
         }
     endpoints = {}
     for name in sorted(set(by_endpoint) | set(attempts)):
@@ -52,6 +54,20 @@ def collect(engine: Engine, recv: receivers.Receivers) -> dict[str, Any]:
     return report
 
 
+def reconciliation(conn: Any, job: str = "billing") -> dict[str, Any]:
+    """Every batch of the job reconciled (dispatcher/reconcile.py), summed by category."""
+    found = reconcile.job(conn, job, limit=500)
+    totals: dict[str, int] = {}
+    for r in found:
+        for line in r.lines:
+            totals[line.category] = totals.get(line.category, 0) + line.count
+    return {
+        "batches": len(found),
+        "categories": {k: v for k, v in totals.items() if v},
+        "unexplained": sum(r.unexplained for r in found),
+    }
+
+
 def checks(r: dict[str, Any]) -> dict[str, bool]:
     e = r["effects"]
     hook = r["endpoints"].get(WEBHOOK, {"delivered": 0})
@@ -68,6 +84,7 @@ def checks(r: dict[str, Any]) -> dict[str, bool]:
         "catcher unique = e-mails delivered": r["mailcatcher"]["unique"] == mail["delivered"],
         "receiver raw >= unique": r["receiver"]["raw"] >= r["receiver"]["unique"],
         "no bad signatures": r["receiver"]["bad_signatures"] == 0,
+        "every batch reconciles (nothing unexplained)": r["reconciliation"]["unexplained"] == 0,
     }
 
 
@@ -81,6 +98,12 @@ def render(r: dict[str, Any]) -> str:
             f"{b['rejects']:,} rejects"
         )
     lines.append(f"invoices in the results table: {r['result_rows']:,}")
+    recon = r["reconciliation"]
+    parts = ", ".join(f"{k} {v:,}" for k, v in recon["categories"].items())
+    lines.append(
+        f"reconciliation of {recon['batches']} batches: {parts}; "
+        f"unexplained {recon['unexplained']:,}"
+    )
     lines.append(f"rejected rows kept with their reason: {r['rejects']:,}")
     lines += [f"    {n:,} x {reason}" for reason, n in r["reject_reasons"]]
     lines.append(

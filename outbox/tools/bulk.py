@@ -1,7 +1,8 @@
 """Load many effects and attempts fast (SQL generate_series): for EXPLAIN tests and the benches.
 
 Shaped like production: effects arrive in Spark batches that share one
-created_at; each recipient has a few effects across batches; most effects are
+created_at; each recipient has a few effects across batches; every two effects
+share a business reference (an invoice's webhook and e-mail); most effects are
 delivered after retries, some dead, some pending.
 """
 
@@ -22,12 +23,13 @@ SELECT 'billing', 'b-' || b, gen_random_uuid(),
        now() - (:n_batches - b) * interval '5 minutes', :per_batch, :per_batch, :per_batch
 FROM generate_series(1, :n_batches) b;
 
-INSERT INTO effects (idempotency_key, job, batch_id, endpoint, recipient, payload,
+INSERT INTO effects (idempotency_key, job, batch_id, endpoint, recipient, reference, payload,
                      payload_sha256, state, attempt_count, created_at, updated_at, delivered_at,
                      next_attempt_at)
 SELECT encode(sha256(convert_to('effect-' || i, 'UTF8')), 'hex'),
        'billing', 'b-' || ((i - 1) / :per_batch + 1), 'billing-webhook',
        'customer-' || (i % :n_recipients) || '@example.com',
+       'INV-' || lpad(((i + 1) / 2)::text, 8, '0'),
        jsonb_build_object('invoice', 'inv-' || i, 'amount', i % 997,
                           'customer', jsonb_build_object('email', 'c' || i || '@example.com')),
        encode(sha256(convert_to('payload-' || i, 'UTF8')), 'hex'),
@@ -67,3 +69,9 @@ def load(conn: Connection, *, effects: int, attempts: int = 3, per_batch: int = 
 
 def recipient_of(i: int, effects: int) -> str:
     return f"customer-{i % max(1, effects // 5)}@example.com"
+
+
+def reference_of(i: int) -> str:
+    """The business reference of effect ``i``: two effects share one (invoice webhook
+    and e-mail), like the example job's."""
+    return f"INV-{(i + 1) // 2:08d}"

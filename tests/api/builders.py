@@ -52,15 +52,10 @@ def add_batch(
     conn: Connection, job: str, batch_id: str, rows: list[dict[str, Any]], **counts: int
 ) -> list[Built]:
     """A committed Spark batch: its marker and its effect rows, in one transaction."""
+    marker = {"effects_total": len(rows), "effects_new": len(rows), "result_rows": len(rows)}
     conn.execute(
         sa.insert(batches).values(
-            job=job,
-            batch_id=batch_id,
-            run_id=uuid.uuid4(),
-            effects_total=len(rows),
-            effects_new=len(rows),
-            result_rows=len(rows),
-            **counts,
+            job=job, batch_id=batch_id, run_id=uuid.uuid4(), **(marker | counts)
         )
     )
     built = []
@@ -74,6 +69,7 @@ def add_batch(
             "batch_id": batch_id,
             "endpoint": row.get("endpoint", "billing-webhook"),
             "recipient": row.get("recipient"),
+            "reference": row.get("reference"),
             "payload": payload,
             "payload_sha256": hashlib.sha256(data.encode()).hexdigest(),
         }

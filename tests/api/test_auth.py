@@ -94,4 +94,14 @@ def test_secrets_are_never_returned(client: TestClient, api_tokens: Tokens) -> N
     body = client.get("/v1/status", headers=api_tokens.auth("operator")).text
     assert "billing-email" in body
     assert "hunter2-smtp" not in body and "whsec_" not in body
-    assert "signing_secret" not in client.get("/openapi.json").text
+    # A secret has a field only in the answers to the operator who creates or rotates
+    # it (once, Cache-Control: no-store); no read route's schema can carry one.
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    with_secret = {n for n, s in schemas.items() if "signing_secret" in s.get("properties", {})}
+    assert with_secret == {"EndpointSecretPublic", "RotationPublic"}
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, ops in paths.items():
+        for method, op in ops.items():
+            answer = str(op.get("responses", {}).get("200", {}))
+            if any(name in answer for name in with_secret):
+                assert method == "post" and path.startswith("/v1/endpoints"), path

@@ -12,7 +12,7 @@ import os
 import pytest
 from sqlalchemy.engine import Engine
 
-from tests.api.builders import story
+from tests.api.builders import add_attempt, add_batch, add_effect, story
 from tests.api.conftest import Served, Tokens
 
 CHROMIUM = "/usr/bin/chromium"
@@ -99,5 +99,51 @@ def test_docs_render_offline_from_the_apps_own_assets(served: Served) -> None:
             assert not [m for m in console if "Content Security Policy" in m], console
             if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
                 page.screenshot(path=f"{shots}/docs.png", full_page=False)
+        finally:
+            browser.close()
+
+
+def test_status_chart_and_a_streaming_batch_page_in_the_browser(
+    served: Served, api_tokens: Tokens, engine: Engine
+) -> None:
+    """The server-drawn chart shows the attempts of recent minutes, and a batch whose
+    id holds '/', '#', '?' and a space opens from the search box and pages."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium")
+    from playwright.sync_api import expect, sync_playwright
+
+    batch_id = "stream-9/12 #a?b"
+    with engine.begin() as conn:
+        for i in range(3):
+            effect = add_effect(conn, f"chart-{i}")
+            add_attempt(conn, effect, "retry", status_code=503, minutes_ago=20)
+            add_attempt(conn, effect, "delivered", status_code=200, minutes_ago=3)
+        add_batch(conn, "billing", batch_id, [{"name": f"s-{i}"} for i in range(105)])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_context(base_url=served.url).new_page()
+            page.goto("/ui")
+            page.fill("#token", api_tokens.support)
+            page.click("form.login button")
+            chart = page.locator("svg#deliveries-chart")
+            expect(chart).to_be_visible()
+            expect(chart.locator("rect.delivered")).to_have_count(1)
+            expect(chart.locator("rect.delivered")).to_have_attribute("data-count", "3")
+            expect(chart.locator("rect.failed")).to_have_attribute("data-count", "3")
+            assert chart.bounding_box()["width"] > 300  # type: ignore[index]
+
+            page.fill("input[name=q]", f"billing/{batch_id}")
+            page.press("input[name=q]", "Enter")
+            expect(page.locator("#batch-id")).to_have_text(batch_id)
+            expect(page.locator("#batch-effects tbody tr")).to_have_count(100)
+            expect(page.locator("#reconcile-verdict")).to_contain_text("every row explained")
+            page.click("#next-page")
+            expect(page.locator("#batch-id")).to_have_text(batch_id)
+            expect(page.locator("#batch-effects tbody tr")).to_have_count(5)
+            if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
+                page.screenshot(path=f"{shots}/batch.png", full_page=True)
+                page.goto("/ui")
+                page.screenshot(path=f"{shots}/status-chart.png", full_page=True)
         finally:
             browser.close()

@@ -184,7 +184,10 @@ def test_search_box_takes_a_key_a_recipient_or_a_batch(
     assert by_key.headers["location"] == f"/ui/effects/{built['dead'].key}"
     by_recipient = client.get("/ui/search", params={"q": "bob@example.com"}).text
     assert built["dead"].key[:16] in by_recipient and built["pending"].key[:16] in by_recipient
-    by_batch = client.get("/ui/search", params={"q": "billing/2026-11-21"}).text
-    assert "Batch billing / 2026-11-21" in by_batch and built["batch1"].key[:16] in by_batch
+    by_batch = client.get("/ui/search", params={"q": "billing/2026-11-21"})
+    assert "Batch billing / 2026-11-21" in by_batch.text
+    assert built["batch1"].key[:16] in by_batch.text
+    assert str(by_batch.url).endswith("/ui/batch?job=billing&batch_id=2026-11-21")
     missing = client.get("/ui/search", params={"q": "billing/nope"})
-    assert missing.status_code == 404 and "no committed batch" in missing.text
+    assert missing.status_code == 200
+    assert "No committed batch, reference or recipient" in missing.text

@@ -126,3 +126,26 @@ def test_the_entrypoint_turns_secret_files_into_variables(tmp_path: Path) -> Non
     )
     assert missing.returncode == 1
     assert "PGPASSWORD_FILE" in missing.stderr and "mount the secret" in missing.stderr
+
+
+def test_prometheus_scrapes_every_dispatcher_and_the_api(config: dict[str, Any]) -> None:
+    dispatcher = config["services"]["dispatcher"]
+    command = dispatcher["command"]
+    port = command[command.index("--metrics-port") + 1]
+    # Bound to every interface inside its container, reachable in the compose network
+    # only: exposed, never published on the host.
+    assert dispatcher["environment"]["OUTBOX_METRICS_HOST"] == "0.0.0.0"
+    assert port in [str(p) for p in dispatcher["expose"]] and "ports" not in dispatcher
+    prometheus = config["services"]["prometheus"]
+    mounted = {
+        str(v).split(":")[0] if isinstance(v, str) else v["source"]: v
+        for v in prometheus["volumes"]
+    }
+    assert any(str(src).endswith("docker/prometheus.yml") for src in mounted)
+    scrape = yaml.safe_load((ROOT / "docker" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    (dns,) = jobs["outbox-dispatcher"]["dns_sd_configs"]
+    assert dns["names"] == ["dispatcher"] and str(dns["port"]) == port
+    (api,) = jobs["outbox-api"]["static_configs"]
+    assert api["targets"] == ["api:8000"]
+    assert set(prometheus["networks"]) == set(dispatcher["networks"])

@@ -63,6 +63,7 @@ def test_receivers_saw_each_delivered_effect_exactly_once(demo: Any) -> None:
     assert report["receiver"]["raw"] >= report["receiver"]["unique"]
     assert report["mailcatcher"]["raw"] >= report["mailcatcher"]["unique"]
     assert report["receiver"]["bad_signatures"] == 0
+    assert report["reconciliation"]["unexplained"] == 0
 
 
 def test_the_results_and_the_batches_agree(demo: Any) -> None:

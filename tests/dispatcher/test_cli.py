@@ -75,6 +75,7 @@ def test_endpoints_add_list_show_pause_resume(
         engine.dispose()
     actor = f"cli:{getpass.getuser()}"
     assert [tuple(a) for a in actions] == [
+        (actor, "create_endpoint", "billing-webhook", "registered with outbox endpoints add"),
         (actor, "pause_endpoint", "billing-webhook", "maintenance"),
         (actor, "resume_endpoint", "billing-webhook", "done"),
     ]

@@ -185,7 +185,7 @@ def test_signatures_verify_with_the_standardwebhooks_package() -> None:
     secret = generate_signing_secret()
     body = b'{"a": 1}'
     headers = signing.headers(
-        secret_bytes(secret), "k" * 64, int(dt.datetime.now().timestamp()), body
+        [secret_bytes(secret)], "k" * 64, int(dt.datetime.now().timestamp()), body
     )
     assert Webhook(secret).verify(body, headers) == {"a": 1}
     with pytest.raises(Exception, match=r"(?i)signature"):

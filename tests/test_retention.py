@@ -1,0 +1,185 @@
+"""Retention against real PostgreSQL: finished effects lose payload and attempts in
+small batches, their keys stay known (never enqueued or sent again), nothing else moves."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatcher import db, operations, retention, store
+from dispatcher.enqueue import enqueue
+from dispatcher.errors import ConfigurationError, Conflict
+from dispatcher.keys import effect_key
+from dispatcher.settings import Settings
+from dispatcher.worker import Worker
+from tests.api.builders import Built, add_attempt, add_effect
+from tests.conftest import insert_billing_endpoints
+
+THIRTY_DAYS_S = 30 * 86400.0
+
+
+def _history(engine: Engine) -> dict[str, Built]:
+    """Finished 40 days ago: delivered (after a retry), dead, cancelled; plus a recent
+    delivered one and a pending one."""
+    insert_billing_endpoints(engine)
+    with engine.begin() as conn:
+        built = {name: add_effect(conn, name) for name in ("old-ok", "old-dead", "old-cancel")}
+        add_attempt(conn, built["old-ok"], "retry", status_code=503)
+        add_attempt(conn, built["old-ok"], "delivered", status_code=200)
+        add_attempt(conn, built["old-dead"], "dead", status_code=400)
+        operations.cancel(conn, built["old-cancel"].key, actor="olga", reason="customer left")
+        conn.execute(sa.text("UPDATE effects SET updated_at = now() - interval '40 days'"))
+        built["new-ok"] = add_effect(conn, "new-ok")
+        add_attempt(conn, built["new-ok"], "delivered", status_code=200)
+        built["pending"] = add_effect(conn, "pending")
+    return built
+
+
+def _rows(engine: Engine) -> dict[str, dict[str, object]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT idempotency_key, state, payload, purged_at, "
+                "(SELECT count(*) FROM delivery_attempts a WHERE a.effect_id = e.id) AS attempts "
+                "FROM effects e"
+            )
+        ).mappings()
+        return {r["idempotency_key"]: dict(r) for r in rows}
+
+
+def _ledger(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text("SELECT idempotency_key, state FROM key_ledger")).all())
+
+
+def test_purge_keeps_stubs_and_the_keys_of_every_finished_state(engine: Engine) -> None:
+    built = _history(engine)
+    cutoff = retention.cutoff_for(THIRTY_DAYS_S)
+    assert retention.count_purgeable(engine, cutoff) == 3
+    done = retention.purge(engine, cutoff, batch_size=2)  # two batches
+    assert (done.effects, done.attempts, done.batches) == (3, 3, 2)
+    rows = _rows(engine)
+    for name in ("old-ok", "old-dead", "old-cancel"):
+        row = rows[built[name].key]
+        assert row["payload"] == {} and row["purged_at"] is not None and row["attempts"] == 0
+    assert rows[built["old-dead"].key]["state"] == "dead"  # the stub keeps its final state
+    for name in ("new-ok", "pending"):
+        assert rows[built[name].key]["purged_at"] is None and rows[built[name].key]["payload"]
+    assert _ledger(engine) == {
+        built["old-ok"].key: "delivered",
+        built["old-dead"].key: "dead",
+        built["old-cancel"].key: "cancelled",
+        built["new-ok"].key: "delivered",
+    }
+    assert retention.purge(engine, cutoff, batch_size=2).effects == 0  # nothing left
+
+
+def test_a_purged_key_is_never_enqueued_requeued_or_recovered_again(engine: Engine) -> None:
+    built = _history(engine)
+    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM effects WHERE purged_at IS NOT NULL"))  # stubs gone too
+    for name in ("old-ok", "old-dead", "old-cancel"):
+        with engine.begin() as conn:
+            again = enqueue(
+                conn, idempotency_key=built[name].key, endpoint="billing-webhook", payload={}
+            )
+        assert again.new is False  # the ledger alone refuses it
+    assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
+
+
+def test_a_purged_dead_effect_cannot_be_requeued(engine: Engine) -> None:
+    built = _history(engine)
+    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
+    with pytest.raises(Conflict, match="dead and purged"), engine.begin() as conn:
+        operations.requeue(conn, built["old-dead"].key, actor="olga", reason="retry")
+    with engine.begin() as conn:
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(days=60)
+        found = operations.recover_endpoint(
+            conn, "billing-webhook", since=since, cap=10, dry_run=True, actor="o", reason="r"
+        )
+    assert found.matched == 0
+
+
+def test_only_delivered_ledger_rows_settle_a_claim(engine: Engine) -> None:
+    """A dead or cancelled ledger row blocks enqueue; it does not mark an effect delivered."""
+    insert_billing_endpoints(engine)
+    keys = [effect_key("t", i) for i in range(2)]
+    with engine.begin() as conn:
+        for key in keys:
+            enqueue(conn, idempotency_key=key, endpoint="billing-webhook", payload={"k": key})
+        for key, state in zip(keys, ("delivered", "dead"), strict=True):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, "
+                    "delivered_at) VALUES (:k, 'billing-webhook', 'x', :s, "
+                    "CASE WHEN :s = 'delivered' THEN now() END)"
+                ),
+                {"k": key, "s": state},
+            )
+    (claimed,) = store.claim(engine, "w1", 10, 30)
+    assert claimed.idempotency_key == keys[1]  # sent: only 'delivered' means delivered
+    assert _rows(engine)[keys[0]]["state"] == "delivered"
+
+
+def test_a_locked_row_is_skipped_not_waited_for(engine: Engine, db_url: str) -> None:
+    built = _history(engine)
+    # Any lock wait fails the purge after 2 s instead of hanging the test.
+    impatient = sa.create_engine(
+        db.sqlalchemy_url(db_url), connect_args={"options": "-c lock_timeout=2s"}
+    )
+    try:
+        with engine.connect() as holder:
+            tx = holder.begin()
+            holder.execute(
+                sa.text("SELECT 1 FROM effects WHERE idempotency_key = :k FOR UPDATE"),
+                {"k": built["old-dead"].key},
+            )
+            cutoff = retention.cutoff_for(THIRTY_DAYS_S)
+            assert retention.purge(impatient, cutoff, batch_size=100).effects == 2
+            tx.rollback()
+        assert retention.purge(impatient, cutoff, batch_size=100).effects == 1  # its turn now
+    finally:
+        impatient.dispose()
+
+
+def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings: Settings) -> None:
+    built = _history(engine)
+    s = dataclasses.replace(
+        settings, retention_older_than_s=THIRTY_DAYS_S, poll_interval_s=0.1, worker_id="w-ret"
+    )
+
+    async def main() -> int:
+        worker = Worker(s, engine, database_url=s.database_url)
+        running = asyncio.create_task(worker.run())
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if _rows(engine)[built["old-dead"].key]["purged_at"] is not None:
+                break
+        worker.stop()
+        return await running
+
+    assert asyncio.run(main()) == 0
+    assert {k for k, r in _rows(engine).items() if r["purged_at"]} == {
+        built[n].key for n in ("old-ok", "old-dead", "old-cancel")
+    }
+    with engine.connect() as conn:
+        actor = conn.execute(
+            sa.text("SELECT actor FROM operator_actions WHERE action = 'purge'")
+        ).scalar_one()
+    assert actor == "dispatcher:w-ret"
+
+
+def test_retention_settings_are_read_and_checked_at_start() -> None:
+    on = Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "30d"})
+    assert on.retention_older_than_s == THIRTY_DAYS_S and on.retention_batch_size == 1000
+    assert Settings.from_env(env={}).retention_older_than_s == 0  # off by default
+    with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_OLDER_THAN='soon'"):
+        Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "soon"})
+    with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_BATCH_SIZE=0"):
+        Settings.from_env(env={"OUTBOX_RETENTION_BATCH_SIZE": "0"})
