@@ -1,6 +1,11 @@
 """One attempt at one effect: find its endpoint, respect its rate limit, send it
 through the right channel, time it, and turn the answer into a ``store.Result``
-(with the retry delay decided by the schedule and ``Retry-After``)."""
+(with the retry delay decided by the schedule and ``Retry-After``).
+
+Every text of a ``Result`` that can carry outside data (the error, its class,
+the response excerpt) is cleaned here, once (``outside.clean``), so neither
+``record`` nor a log line ever sees a receiver's raw bytes.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import datetime as dt
 import logging
 import time
 
-from dispatcher import endpoints, retry, store
+from dispatcher import endpoints, outside, retry, store
 from dispatcher.breaker import Breakers
 from dispatcher.channels import Channel, Sent
 from dispatcher.channels.smtp import EmailChannel
@@ -32,7 +37,7 @@ class Delivery:
         self._metrics = metrics
         self._channels: dict[str, Channel] = {
             "webhook": WebhookChannel(settings, settings.concurrency),
-            "email": EmailChannel(),
+            "email": EmailChannel(settings),
         }
         self._endpoints: dict[str, Endpoint] = {}
         self._loaded_at = float("-inf")
@@ -104,11 +109,23 @@ class Delivery:
             timeout_s = max(
                 0.001, min(endpoint.timeout_s, effect.lease_deadline - time.monotonic())
             )
-            sent = await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
+            sent = await self._send(endpoint, effect, timeout_s)
             self._breakers.outcome(endpoint.name, sent.outcome)
         duration_s = time.perf_counter() - t0
         self._metrics.attempt_seconds.labels(effect.endpoint).observe(duration_s)
         return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+
+    async def _send(self, endpoint: Endpoint, effect: store.Claimed, timeout_s: float) -> Sent:
+        """The channel's answer; a channel bug becomes a recorded attempt, not a lost effect."""
+        try:
+            return await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
+        except Exception as exc:  # an attempt always ends recorded
+            log.error(
+                "channel failed",
+                exc_info=exc,
+                extra={"event": "send.unexpected", "idempotency_key": effect.idempotency_key},
+            )
+            return Sent("retry", error_class="Unexpected", error=f"{type(exc).__name__}: {exc}")
 
     def _result(
         self,
@@ -137,10 +154,12 @@ class Delivery:
             started_at=started_at,
             duration_ms=duration_ms,
             delay_s=delay_s,
-            error=error,
+            error=outside.clean(error),
             status_code=sent.status_code,
-            error_class=sent.error_class,
-            response_excerpt=sent.response_excerpt,
+            error_class=outside.clean(sent.error_class, outside.CLASS_CHARS, outside.CLASS_CHARS),
+            response_excerpt=outside.clean(
+                sent.response_excerpt, outside.EXCERPT_CHARS, outside.EXCERPT_BYTES
+            ),
             endpoint=effect.endpoint,
             idempotency_key=effect.idempotency_key,
         )

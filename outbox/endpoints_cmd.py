@@ -42,6 +42,11 @@ def register(sub: Any) -> None:
     mail.add_argument("--smtp-tls", choices=["none", "starttls", "tls"], default="none")
     mail.add_argument("--smtp-username")
     mail.add_argument("--smtp-password-env", help="name of an env variable holding the password")
+    mail.add_argument(
+        "--smtp-allow-plaintext-auth",
+        action="store_true",
+        help="allow AUTH with --smtp-tls none (a trusted local relay only; default: refused)",
+    )
     _policy_args(mail)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
@@ -134,6 +139,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 smtp_tls=args.smtp_tls,
                 smtp_username=args.smtp_username,
                 smtp_password=password,
+                smtp_allow_plaintext_auth=args.smtp_allow_plaintext_auth,
                 timeout_s=args.timeout_s,
                 retry_schedule_s=_schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
