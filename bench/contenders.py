@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import psycopg2
 import sqlalchemy as sa
 from pgqueuer import AsyncpgDriver, Queries
 from sqlalchemy.engine import Engine
 
-from bench.database import dsn
-from bench.payload import PAD, body, document
-from dispatcher import wakeup
-from dispatcher.enqueue import enqueue
+from bench.database import dsn, insert_effects
+from bench.payload import body, document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,17 +139,7 @@ def dispatcher(processes: int) -> Callable[[Ctx, int], float]:
         _reset(ctx.engine)
         proc = _dispatchers(ctx, processes, "--concurrency", "64")
         try:
-            with ctx.engine.begin() as conn:
-                conn.execute(
-                    sa.text(
-                        "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
-                        " SELECT lpad(to_hex(g), 64, '0'), 'bench', jsonb_build_object("
-                        "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x'"
-                        " FROM generate_series(1, :n) g"
-                    ),
-                    {"n": n, "pad": PAD},
-                )
-                wakeup.notify(conn, "bench")
+            insert_effects(ctx.engine, n)
             t0 = time.perf_counter()
             unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
             _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 600, "drain")
@@ -167,26 +156,34 @@ def dispatcher(processes: int) -> Callable[[Ctx, int], float]:
 
 
 def latency(ctx: Ctx, rate: float, seconds: float) -> tuple[list[float], float]:
-    """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved."""
+    """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved.
+
+    The producer commits one effect per transaction (INSERT + NOTIFY + COMMIT in
+    one round trip, as a producer's ``enqueue`` does) on a schedule of
+    ``rate``/s and notes ``time.time()`` right after each COMMIT returns.
+    """
     _reset(ctx.engine)
     committed: dict[str, float] = {}
     proc = _dispatchers(ctx, 0)
+    conn = psycopg2.connect(dsn(ctx.url))
+    conn.autocommit = True
     try:
-        start = time.perf_counter()
-        i = 0
-        while time.perf_counter() - start < seconds:
-            pause = start + i / rate - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            key = f"{i:064x}"
-            with ctx.engine.begin() as conn:
-                enqueue(conn, idempotency_key=key, endpoint="lat", payload=document(i))
-            committed[key] = time.time()
-            i += 1
-        achieved = i / (time.perf_counter() - start)
+        with conn.cursor() as cur:
+            start = time.perf_counter()
+            i = 0
+            while time.perf_counter() - start < seconds:
+                pause = start + i / rate - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                key = f"{i:064x}"
+                cur.execute(_PRODUCE, (key, json.dumps(document(i))))
+                committed[key] = time.time()
+                i += 1
+            achieved = i / (time.perf_counter() - start)
         unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
         _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 120, "the last deliveries")
     finally:
+        conn.close()
         _stop([proc])
     with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
@@ -194,3 +191,10 @@ def latency(ctx: Ctx, rate: float, seconds: float) -> tuple[list[float], float]:
     for key, at in arrivals:
         first.setdefault(key, at)
     return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved
+
+
+_PRODUCE = (
+    "BEGIN; INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+    " VALUES (%s, 'lat', CAST(%s AS jsonb), 'x'); SELECT pg_notify('outbox_effects', 'bench');"
+    " COMMIT"
+)

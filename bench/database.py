@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import asyncpg
+import sqlalchemy as sa
 from pgqueuer import AsyncpgDriver, Queries
 from sqlalchemy.engine import Engine
 
-from dispatcher import db
+from bench.payload import PAD
+from dispatcher import db, wakeup
 from dispatcher.endpoints import add_webhook
 from dispatcher.settings import Settings
 from outbox.database import database_url
@@ -51,3 +53,19 @@ def load(url: str, base: str) -> Engine:
         add_webhook(conn, name="bench", url=f"{base}/hook")
         add_webhook(conn, name="lat", url=f"{base}/lat")
     return engine
+
+
+def insert_effects(engine: Engine, n: int) -> None:
+    """N effects for endpoint ``bench`` (the same body as every contender's) in one
+    statement, committed with a wake-up."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+                " SELECT lpad(to_hex(g), 64, '0'), 'bench', jsonb_build_object("
+                "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x'"
+                " FROM generate_series(1, :n) g"
+            ),
+            {"n": n, "pad": PAD},
+        )
+        wakeup.notify(conn, "bench")

@@ -18,12 +18,12 @@ import sys
 import aiohttp
 import asyncpg
 import uvloop
-from pgqueuer import AsyncpgDriver, Job, QueueManager
+from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
 
 
 async def run(dsn: str, url: str, batch_size: int | None) -> None:
     conn = await asyncpg.connect(dsn)
-    qm = QueueManager(AsyncpgDriver(conn))
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
 
     @qm.entrypoint("post")

@@ -41,6 +41,7 @@ class Delivery:
         }
         self._endpoints: dict[str, Endpoint] = {}
         self._loaded_at = float("-inf")
+        self._loading: asyncio.Future[None] | None = None
         self._limits = RateLimits()
         self._hold = asyncio.Event()
         # Sends in flight; the worker claims up to one batch more than this, so
@@ -63,16 +64,23 @@ class Delivery:
             self._slots.release()  # wake every waiter; each sees the hold
 
     async def _endpoint(self, name: str) -> Endpoint | None:
+        """From a cache refreshed every ENDPOINT_CACHE_S by one load at a time (the
+        sends waiting meanwhile share it: no per-effect lookups, no stampede)."""
         stale = time.monotonic() - self._loaded_at > ENDPOINT_CACHE_S
         if stale or name not in self._endpoints:
-            found = await self._db.call(_load_endpoints)
-            if found is not None:
-                for ep in found.values():
-                    old = self._endpoints.get(ep.name)
-                    if old is not None and old.updated_at != ep.updated_at:
-                        self._breakers.forget(ep.name)  # resumed or reconfigured
-                self._endpoints, self._loaded_at = found, time.monotonic()
+            if self._loading is None or self._loading.done():
+                self._loading = asyncio.ensure_future(self._load())
+            await asyncio.shield(self._loading)
         return self._endpoints.get(name)
+
+    async def _load(self) -> None:
+        found = await self._db.call(_load_endpoints)
+        if found is not None:
+            for ep in found.values():
+                old = self._endpoints.get(ep.name)
+                if old is not None and old.updated_at != ep.updated_at:
+                    self._breakers.forget(ep.name)  # resumed or reconfigured
+            self._endpoints, self._loaded_at = found, time.monotonic()
 
     async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint)."""
