@@ -127,11 +127,12 @@ def _preview(value: Any) -> str:
 # (the SMTP channel), with the same reasons.
 MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
 # One address, the common addr-spec: local@domain, no display name, no list, no
-# comments, no whitespace or control characters anywhere.
+# comments, no whitespace or control characters anywhere (\Z, not $: "$" would
+# let a trailing newline through, and with it a second SMTP command).
 _ADDRESS = re.compile(
     r"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@"
-    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$"
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+\Z"
 )
 _HEADER_BREAKING = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
 

@@ -134,6 +134,7 @@ BAD_EMAILS = [
     ("Ann <ann@example.com>", {"subject": "s", "text": "t"}, "recipient:"),
     ("ann@example.com\r\nBcc: eve@example.com", {"subject": "s", "text": "t"}, "recipient:"),
     ("jürgen@exämple.com", {"subject": "s", "text": "t"}, "recipient:"),
+    ("ann@example.com\n", {"subject": "s", "text": "t"}, "recipient:"),
     (None, {"subject": "s", "text": "t"}, "recipient: is missing"),
     ("ann@example.com", {"subject": "Hi\r\nBcc: eve@example.com", "text": "t"}, "payload.subject:"),
     ("ann@example.com", {"subject": "Hi"}, "payload.text:"),
