@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     n = args.effects
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
-    with serve() as base, bench_database() as url:
+    with serve() as (base, _), bench_database() as url:
         engine = load(url, base)
         t0 = time.perf_counter()
         insert_effects(engine, n)

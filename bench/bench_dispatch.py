@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import contenders
+from bench import contenders, cpu
 from bench.database import bench_database, load
 from bench.receiver import serve
 
@@ -65,21 +65,35 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def throughput(
-    ctx: contenders.Ctx, n: int, rounds: int, names: list[str]
-) -> dict[str, list[float]]:
+Runs = dict[str, list[tuple[float, cpu.Sample]]]
+
+
+def throughput(ctx: contenders.Ctx, n: int, rounds: int, names: list[str]) -> Runs:
+    """Each chosen contender once per round (the order rotates): rate and CPU seconds."""
     chosen = [c for c in CONTENDERS if not names or any(x in c.name for x in names)]
-    rates: dict[str, list[float]] = {c.name: [] for c in chosen}
+    runs: Runs = {c.name: [] for c in chosen}
+    postmaster = cpu.postmaster_pid()
     for r in range(rounds):
         shift = r % len(chosen)
         for c in chosen[shift:] + chosen[:shift]:
+            before = cpu.sample(ctx.receiver_pid, postmaster)
             rate = c.run(ctx, n)
-            rates[c.name].append(rate)
-            print(f"round {r + 1}: {c.name:45} {rate:9,.0f}/s", flush=True)
-    return rates
+            used = cpu.sample(ctx.receiver_pid, postmaster) - before
+            runs[c.name].append((rate, used))
+            print(f"round {r + 1}: {c.name:45} {rate:9,.0f}/s  {_cpu_text(used, n)}", flush=True)
+    return runs
 
 
-def report(rates: dict[str, list[float]], n: int, rounds: int) -> None:
+def _cpu_text(used: cpu.Sample, n: int) -> str:
+    pg = "-" if used.postgres is None else f"{used.postgres / n * 1e6:.0f}"
+    return (
+        f"CPU us/delivery: contender {used.contender / n * 1e6:.0f}, postgres {pg}, "
+        f"receiver {used.receiver / n * 1e6:.0f}"
+    )
+
+
+def report(runs: Runs, n: int, rounds: int) -> None:
+    rates = {name: [rate for rate, _ in v] for name, v in runs.items()}
     med = {name: statistics.median(v) for name, v in rates.items()}
     kinds = {c.name: c.kind for c in CONTENDERS}
     pgq = [m for name, m in med.items() if kinds[name] == "pgqueuer"]
@@ -97,6 +111,17 @@ def report(rates: dict[str, list[float]], n: int, rounds: int) -> None:
         vs_pgq = f"{m / best_pgq:.2f}x" if best_pgq else "-"
         vs_bare = f"{m / ceiling:.2f}x" if ceiling else "-"
         print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {vs_pgq:>16} | {vs_bare:>14} |")
+    print("\nCPU microseconds per delivery (median over rounds): contender processes, PostgreSQL,")
+    print("the receiver; from /proc, so they hold up on a loaded machine better than rates do.")
+    heads = f"{'contender':>9} | {'postgres':>8} | {'receiver':>8} | {'total':>6}"
+    print(f"| {'contender':45} | {heads} |")
+    print(f"|{'-' * 47}|{'-' * 10}:|{'-' * 9}:|{'-' * 9}:|{'-' * 7}:|")
+    for name, v in runs.items():
+        us = [
+            statistics.median(getattr(s, side) or 0.0 for _, s in v) / n * 1e6
+            for side in ("contender", "postgres", "receiver")
+        ]
+        print(f"| {name:45} | {us[0]:9.0f} | {us[1]:8.0f} | {us[2]:8.0f} | {sum(us):6.0f} |")
 
 
 def latency(ctx: contenders.Ctx, rate: float, seconds: float) -> None:
@@ -119,12 +144,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
     args = parser.parse_args(argv)
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
-    with serve() as base, bench_database() as url:
+    with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)
-        ctx = contenders.Ctx(url=url, base=base, engine=engine)
+        ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=receiver_pid)
         try:
-            rates = throughput(ctx, args.effects, args.rounds, args.only)
-            report(rates, args.effects, args.rounds)
+            runs = throughput(ctx, args.effects, args.rounds, args.only)
+            report(runs, args.effects, args.rounds)
             if args.latency_s > 0:
                 latency(ctx, args.rate, args.latency_s)
         finally:

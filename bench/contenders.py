@@ -31,6 +31,7 @@ class Ctx:
     url: str  # the bench database
     base: str  # the receiver
     engine: Engine
+    receiver_pid: int
 
 
 def cores() -> int:

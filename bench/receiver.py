@@ -62,8 +62,9 @@ def wait_port(port: int, timeout_s: float = 20) -> None:
 
 
 @contextmanager
-def serve() -> Iterator[str]:
-    """The receiver in its own process; yields its base URL (``http://127.0.0.1:PORT``)."""
+def serve() -> Iterator[tuple[str, int]]:
+    """The receiver in its own process; yields its base URL (``http://127.0.0.1:PORT``)
+    and its pid."""
     port = free_port()
     args = ["--port", str(port), "--host", "127.0.0.1", "--loop", "uvloop", "--http", "httptools"]
     proc = subprocess.Popen(
@@ -81,7 +82,7 @@ def serve() -> Iterator[str]:
     )
     try:
         wait_port(port)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)

@@ -3,7 +3,9 @@
 Every statement is named in ``store.sql`` with the reason it exists. Claims and
 records are batched (one round trip for up to ``claim_batch_size`` effects);
 nothing reads the outbox by a sequence cursor, because rows commit out of order.
-Calls are synchronous (psycopg2); the worker runs them in a thread.
+Calls are synchronous (psycopg2); the worker runs them in a thread. Every call
+is one statement, atomic on its own, so the dispatcher's engine runs in
+autocommit (``ENGINE_OPTIONS``): one round trip per call, no BEGIN/COMMIT.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -21,6 +24,17 @@ from dispatcher import health
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "store.sql")
+
+# How the dispatcher's engine is built: db.create_engine(url, **ENGINE_OPTIONS).
+# The planner settings keep the claim on ix_effects_due in order, stopping at
+# LIMIT: right after a big batch commit the table has no fresh statistics and
+# the planner would bitmap-scan and sort every due row instead (measured: 39 ms
+# vs 6 ms per claim with 30k due). No other dispatcher statement sorts.
+ENGINE_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "pre_ping": False,  # DbCalls retries every call on a lost connection
+    "session_settings": {"enable_bitmapscan": "off", "enable_sort": "off"},
+}
 
 # Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
 OUTCOMES = ("delivered", "retry", "dead", "gone")
@@ -67,7 +81,6 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_s: float) -> list[Cl
     params = {"worker_id": worker_id, "limit": limit, "lease_s": lease_s}
     deadline = time.monotonic() + lease_s
     with engine.begin() as conn:
-        conn.execute(_Q["claim_plan"])
         rows = conn.execute(_Q["claim"], params).mappings().all()
     return [
         Claimed(

@@ -1,16 +1,10 @@
--- name: claim_plan
--- The claim must walk ix_effects_due in order and stop at LIMIT. Right after a
--- big batch commit the table has no fresh statistics and the planner would
--- bitmap-scan and sort every due row instead (measured: 39 ms vs 6 ms per claim
--- with 30k due), so the claim's own transaction rules those plans out.
-SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off;
-
 -- name: claim
 -- Lease up to :limit due effects (first claims and expired leases alike; the
 -- due_effects view is the one definition of "due", read in ix_effects_due
 -- order); SKIP LOCKED lets any number of workers claim side by side. A key
 -- already in the key ledger is marked delivered here instead of leased: never
--- sent twice by us.
+-- sent twice by us. The dispatcher's connections keep this on ix_effects_due
+-- (store.ENGINE_OPTIONS).
 WITH due AS (
     SELECT e.id, e.idempotency_key
     FROM due_effects e

@@ -17,7 +17,7 @@ import os
 import signal
 from typing import Any
 
-from dispatcher import db
+from dispatcher import db, store
 from dispatcher.settings import Settings
 from dispatcher.worker import Worker
 from outbox import supervisor
@@ -95,9 +95,8 @@ def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = _with_flags(args, settings)
     url = database_url(settings)
-    # No pre-ping: every store call is retried by DbCalls on a lost connection.
     engine = db.create_engine(
-        url, pool_size=4, application_name="outbox-dispatcher", pre_ping=False
+        url, pool_size=4, application_name="outbox-dispatcher", **store.ENGINE_OPTIONS
     )
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:
