@@ -120,7 +120,7 @@ class Delivery:
             sent = await self._send(endpoint, effect, timeout_s)
             self._breakers.outcome(endpoint.name, sent.outcome)
         duration_s = time.perf_counter() - t0
-        self._metrics.attempt_seconds.labels(effect.endpoint).observe(duration_s)
+        self._metrics.attempt_time(effect.endpoint).observe(duration_s)
         return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
 
     async def _send(self, endpoint: Endpoint, effect: store.Claimed, timeout_s: float) -> Sent:

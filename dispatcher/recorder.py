@@ -111,7 +111,7 @@ class Recorder:
 
     def _count(self, r: store.Result, outcome: str) -> None:
         self.counts[outcome] += 1
-        self._metrics.deliveries.labels(r.endpoint, outcome).inc()
+        self._metrics.delivery(r.endpoint, outcome).inc()
         if outcome == "delivered":
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("delivered", extra=_fields(r, "effect.delivered"))

@@ -81,21 +81,22 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_s: float) -> list[Cl
     params = {"worker_id": worker_id, "limit": limit, "lease_s": lease_s}
     deadline = time.monotonic() + lease_s
     with engine.begin() as conn:
-        rows = conn.execute(_Q["claim"], params).mappings().all()
+        rows = conn.execute(_Q["claim"], params).all()
+    # Positional, in the order of the claim's RETURNING list (cheaper than mappings).
     return [
         Claimed(
-            id=r["id"],
-            idempotency_key=r["idempotency_key"],
-            endpoint=r["endpoint"],
-            recipient=r["recipient"],
-            payload=r["payload"],
-            attempt=r["attempt_count"],
-            lease_token=str(r["lease_token"]),
-            created_at=r["created_at"],
+            id=r[0],
+            idempotency_key=r[1],
+            endpoint=r[2],
+            recipient=r[3],
+            payload=r[4],
+            attempt=r[5],
+            lease_token=str(r[6]),
+            created_at=r[7],
             lease_deadline=deadline,
         )
         for r in rows
-        if not r["already_delivered"]
+        if not r[8]
     ]
 
 

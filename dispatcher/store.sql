@@ -11,9 +11,12 @@ WITH due AS (
     ORDER BY e.next_attempt_at
     LIMIT :limit
     FOR UPDATE OF e SKIP LOCKED
-), known AS (
-    SELECT due.id, k.delivered_at
-    FROM due LEFT JOIN key_ledger k ON k.idempotency_key = due.idempotency_key
+), known AS MATERIALIZED (
+    -- One probe of the ledger's key index per claimed row: a join here let the
+    -- planner hash the whole ledger on every claim (O(ledger) per claim).
+    SELECT due.id, (SELECT k.delivered_at FROM key_ledger k
+                    WHERE k.idempotency_key = due.idempotency_key) AS delivered_at
+    FROM due
 )
 UPDATE effects e SET
     state = CASE WHEN known.delivered_at IS NULL THEN 'leased' ELSE 'delivered' END,
@@ -32,7 +35,7 @@ UPDATE effects e SET
 FROM known
 WHERE e.id = known.id
 RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
-          e.attempt_count, e.lease_token, e.created_at, e.job, e.batch_id,
+          e.attempt_count, e.lease_token, e.created_at,
           known.delivered_at IS NOT NULL AS already_delivered;
 
 -- name: record
@@ -79,13 +82,15 @@ WITH r AS (
                                    duration_ms, outcome, status_code, error_class, error,
                                    response_excerpt)
     SELECT r.id, r.attempt, :worker_id, r.token, r.started_at, r.duration_ms,
-           CASE WHEN u.id IS NULL THEN 'stale' ELSE r.outcome END,
+           -- a hashed lookup: a join on the CTE planned as a nested loop (O(n^2))
+           CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
+                THEN r.outcome ELSE 'stale' END,
            r.status_code, r.error_class, r.error, r.excerpt
-    FROM r LEFT JOIN updated u ON u.id = r.id AND u.token = r.token
+    FROM r
     WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
 )
-SELECT r.id, r.token, u.id IS NOT NULL AS recorded
-FROM r LEFT JOIN updated u ON u.id = r.id AND u.token = r.token;
+SELECT r.id, r.token, (r.id, r.token) IN (SELECT u.id, u.token FROM updated u) AS recorded
+FROM r;
 
 -- name: release
 -- Hand back leases of claimed-but-unsent effects (shutdown, a paused endpoint,

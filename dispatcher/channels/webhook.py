@@ -17,6 +17,7 @@ import re
 import time
 
 import aiohttp
+import yarl
 
 from dispatcher import signing, ssrf
 from dispatcher.channels import Sent
@@ -91,7 +92,10 @@ class WebhookChannel:
         self._settings = settings
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        # Per endpoint, built once: the HMAC key, the parsed URL, the timeout.
         self._secrets: dict[str, bytes] = {}
+        self._urls: dict[str, yarl.URL] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -112,6 +116,26 @@ class WebhookChannel:
             key = self._secrets[text] = secret_bytes(text)
         return key
 
+    def _url(self, endpoint: Endpoint) -> yarl.URL:
+        text = endpoint.url or ""
+        url = self._urls.get(text)
+        if url is None:
+            try:
+                url = yarl.URL(text)
+            except ValueError as exc:
+                raise aiohttp.InvalidURL(text) from exc
+            self._urls[text] = url
+        return url
+
+    def _timeout(self, timeout_s: float) -> aiohttp.ClientTimeout:
+        """Mostly the endpoint's own timeout (a lease rarely cuts it): a few values."""
+        timeout = self._timeouts.get(timeout_s)
+        if timeout is None:
+            if len(self._timeouts) > 256:
+                self._timeouts.clear()
+            timeout = self._timeouts[timeout_s] = aiohttp.ClientTimeout(total=timeout_s)
+        return timeout
+
     async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
         """POST the payload, signed; never raises for a delivery problem."""
         assert self._session is not None, "start() the channel first"
@@ -120,11 +144,12 @@ class WebhookChannel:
             self._secret(endpoint), effect.idempotency_key, int(time.time()), body
         )
         try:
+            url = self._url(endpoint)
             async with self._session.post(
-                endpoint.url or "",
+                url,
                 data=body,
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=timeout_s),
+                timeout=self._timeout(timeout_s),
                 allow_redirects=False,
             ) as resp:
                 return await _answered(resp)
