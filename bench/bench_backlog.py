@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
                     sa.text("SELECT count(*) FROM effects WHERE state = 'delivered'")
                 ).scalar_one()
             tenth = int(10 * done / n)
-            if tenth > last_tenth:
+            if tenth > last_tenth and proc.poll() is None:
                 last_tenth = tenth
                 worst = max((rss_mb(pid) for pid in pids[1:] or pids), default=0.0)
                 marks.append((done, worst))
@@ -91,5 +91,10 @@ def main(argv: list[str]) -> int:
         f"({n / elapsed:,.0f}/s)"
     )
     print("peak RSS per process (MB): " + ", ".join(f"{v:.1f}" for v in peak.values()))
+    if len(marks) >= 3:
+        print(
+            f"flat: largest worker {marks[1][1]:.1f} MB at {marks[1][0]:,} delivered, "
+            f"{marks[-1][1]:.1f} MB at {marks[-1][0]:,}"
+        )
     print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}")
     return 0 if proc.returncode == 0 else 1

@@ -125,20 +125,23 @@ def report(runs: Runs, n: int, rounds: int) -> None:
 
 
 def latency(ctx: contenders.Ctx, rate: float, seconds: float) -> None:
-    lat_ms, achieved = contenders.latency(ctx, rate, seconds)
-    p50 = statistics.median(lat_ms)
-    p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
-    print(
-        f"\ncommit-to-arrival at a steady rate: asked {rate:,.0f}/s, got {achieved:,.0f}/s, "
-        f"{len(lat_ms):,} effects, dispatcher --processes default: p50 {p50:.1f} ms, "
-        f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms"
-    )
+    """p50/p99 commit-to-arrival, with one worker process and with the default."""
+    for processes in (1, 0):
+        lat_ms, achieved = contenders.latency(ctx, rate, seconds, processes)
+        p50 = statistics.median(lat_ms)
+        p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
+        label = "1" if processes == 1 else f"default ({contenders.cores()})"
+        print(
+            f"\ncommit-to-arrival, dispatcher --processes {label}: asked {rate:,.0f}/s, got "
+            f"{achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
+            f"max {lat_ms[-1]:.1f} ms"
+        )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench dispatch")
     parser.add_argument("--effects", type=int, default=30000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="0: latency only")
     parser.add_argument("--latency-s", type=float, default=30.0, help="0: skip")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
@@ -148,8 +151,9 @@ def main(argv: list[str]) -> int:
         engine = load(url, base)
         ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=receiver_pid)
         try:
-            runs = throughput(ctx, args.effects, args.rounds, args.only)
-            report(runs, args.effects, args.rounds)
+            if args.rounds > 0:
+                runs = throughput(ctx, args.effects, args.rounds, args.only)
+                report(runs, args.effects, args.rounds)
             if args.latency_s > 0:
                 latency(ctx, args.rate, args.latency_s)
         finally:

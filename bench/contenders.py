@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -156,35 +157,36 @@ def dispatcher(processes: int) -> Callable[[Ctx, int], float]:
     return run
 
 
-def latency(ctx: Ctx, rate: float, seconds: float) -> tuple[list[float], float]:
+def latency(
+    ctx: Ctx, rate: float, seconds: float, processes: int = 0, producers: int = 4
+) -> tuple[list[float], float]:
     """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved.
 
-    The producer commits one effect per transaction (INSERT + NOTIFY + COMMIT in
-    one round trip, as a producer's ``enqueue`` does) on a schedule of
-    ``rate``/s and notes ``time.time()`` right after each COMMIT returns.
+    Producers commit one effect per transaction (INSERT + NOTIFY + COMMIT in one
+    round trip, as a producer's ``enqueue`` does) on one shared schedule of
+    ``rate``/s (``producers`` threads, each its own connection, so one slow fsync
+    does not hold the schedule back) and note ``time.time()`` right after COMMIT.
     """
     _reset(ctx.engine)
     committed: dict[str, float] = {}
-    proc = _dispatchers(ctx, 0)
-    conn = psycopg2.connect(dsn(ctx.url))
-    conn.autocommit = True
+    proc = _dispatchers(ctx, processes)
+    start = time.perf_counter() + 0.1
+    total = int(rate * seconds)
     try:
-        with conn.cursor() as cur:
-            start = time.perf_counter()
-            i = 0
-            while time.perf_counter() - start < seconds:
-                pause = start + i / rate - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                key = f"{i:064x}"
-                cur.execute(_PRODUCE, (key, json.dumps(document(i))))
-                committed[key] = time.time()
-                i += 1
-            achieved = i / (time.perf_counter() - start)
+        threads = [
+            threading.Thread(
+                target=_produce, args=(ctx, start, rate, range(t, total, producers), committed)
+            )
+            for t in range(producers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        achieved = len(committed) / (time.perf_counter() - start)
         unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
         _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 120, "the last deliveries")
     finally:
-        conn.close()
         _stop([proc])
     with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
@@ -192,6 +194,24 @@ def latency(ctx: Ctx, rate: float, seconds: float) -> tuple[list[float], float]:
     for key, at in arrivals:
         first.setdefault(key, at)
     return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved
+
+
+def _produce(
+    ctx: Ctx, start: float, rate: float, numbers: range, committed: dict[str, float]
+) -> None:
+    conn = psycopg2.connect(dsn(ctx.url))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for i in numbers:
+                pause = start + i / rate - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                key = f"{i:064x}"
+                cur.execute(_PRODUCE, (key, json.dumps(document(i))))
+                committed[key] = time.time()
+    finally:
+        conn.close()
 
 
 _PRODUCE = (

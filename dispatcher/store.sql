@@ -35,8 +35,13 @@ UPDATE effects e SET
 FROM known
 WHERE e.id = known.id
 RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
-          e.attempt_count, e.lease_token, e.created_at,
+          e.attempt_count, CAST(e.lease_token AS text) AS lease_token, e.created_at,
           known.delivered_at IS NOT NULL AS already_delivered;
+
+-- name: durable_commit
+-- Outcomes and the key ledger are durable at COMMIT, even on a session that
+-- commits claims asynchronously (store.ENGINE_OPTIONS).
+SET LOCAL synchronous_commit = on;
 
 -- name: record
 -- Record a batch of attempt outcomes in one statement: every row is fenced by
@@ -89,7 +94,8 @@ WITH r AS (
     FROM r
     WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
 )
-SELECT r.id, r.token, (r.id, r.token) IN (SELECT u.id, u.token FROM updated u) AS recorded
+-- (tokens as text: the driver would parse every one into a uuid.UUID and back)
+SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
 FROM r;
 
 -- name: release

@@ -208,3 +208,20 @@ def test_a_server_that_drips_its_replies_cannot_hold_a_send_past_the_deadline(
     row = _attempt(engine)
     assert (row.outcome, row.error_class) == ("dead", "Timeout")
     assert 900 <= row.duration_ms < 3000  # the drip alone would take 100 s
+
+
+def test_the_cli_refuses_a_password_over_plaintext_and_accepts_the_explicit_opt_in(
+    db_url: str, engine: Engine, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from outbox.cli import main
+
+    monkeypatch.setenv("SMTP_PW", PASSWORD)
+    base = ["--database-url", db_url, "endpoints", "add", "email"]
+    smtp = ["--smtp-host", "127.0.0.1", "--smtp-port", "25", "--mail-from", "b@example.com"]
+    auth = ["--smtp-username", USER, "--smtp-password-env", "SMTP_PW"]
+    assert main([*base, "plain", *smtp, *auth]) == 2
+    assert "--smtp-allow-plaintext-auth" in capsys.readouterr().err
+    assert main([*base, "relay", *smtp, *auth, "--smtp-allow-plaintext-auth", "--json"]) == 0
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, smtp_allow_plaintext_auth FROM endpoints")).all()
+    assert [tuple(r) for r in rows] == [("relay", True)]
