@@ -46,11 +46,37 @@ def tree(pid: int) -> list[int]:
     return [pid, *(int(c) for c in children)]
 
 
+def drain(engine: sa.Engine, url: str, n: int) -> tuple[subprocess.Popen[bytes], dict[int, float]]:
+    """Run the dispatcher until idle; print the largest worker's RSS at each tenth."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env |= {"DATABASE_URL": url, "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8"}
+    env |= {"OUTBOX_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "dispatcher", "run", "--until-idle"], cwd=ROOT, env=env
+    )
+    peak: dict[int, float] = {}
+    last_tenth = -1
+    while proc.poll() is None:
+        time.sleep(1.0)
+        pids = tree(proc.pid)
+        for pid in pids:
+            peak[pid] = max(peak.get(pid, 0.0), rss_mb(pid))
+        with engine.connect() as conn:
+            done = conn.execute(
+                sa.text("SELECT count(*) FROM effects WHERE state = 'delivered'")
+            ).scalar_one()
+        tenth = int(10 * done / n)
+        if tenth > last_tenth and proc.poll() is None:
+            last_tenth = tenth
+            worst = max((rss_mb(pid) for pid in pids[1:] or pids), default=0.0)
+            print(f"  {done:>9,} delivered: largest worker RSS {worst:6.1f} MB", flush=True)
+    return proc, peak
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench backlog")
     p.add_argument("--effects", type=int, default=1_000_000)
-    args = p.parse_args(argv)
-    n = args.effects
+    n = p.parse_args(argv).effects
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, _), bench_database() as url:
         engine = load(url, base)
@@ -59,42 +85,11 @@ def main(argv: list[str]) -> int:
         with engine.begin() as conn:
             conn.execute(sa.text("ANALYZE effects"))
         print(f"loaded {n:,} effects in {time.perf_counter() - t0:.0f} s", flush=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
-        env |= {"DATABASE_URL": url, "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8"}
-        env |= {"OUTBOX_LOG_LEVEL": "WARNING"}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "outbox", "dispatcher", "run", "--until-idle"], cwd=ROOT, env=env
-        )
-        peak: dict[int, float] = {}
-        marks: list[tuple[int, float]] = []
         start = time.perf_counter()
-        last_tenth = -1
-        while proc.poll() is None:
-            time.sleep(1.0)
-            pids = tree(proc.pid)
-            for pid in pids:
-                peak[pid] = max(peak.get(pid, 0.0), rss_mb(pid))
-            with engine.connect() as conn:
-                done = conn.execute(
-                    sa.text("SELECT count(*) FROM effects WHERE state = 'delivered'")
-                ).scalar_one()
-            tenth = int(10 * done / n)
-            if tenth > last_tenth and proc.poll() is None:
-                last_tenth = tenth
-                worst = max((rss_mb(pid) for pid in pids[1:] or pids), default=0.0)
-                marks.append((done, worst))
-                print(f"  {done:>9,} delivered: largest worker RSS {worst:6.1f} MB", flush=True)
+        proc, peak = drain(engine, url, n)
         elapsed = time.perf_counter() - start
         engine.dispose()
-    print(
-        f"exit code {proc.returncode}; {n:,} effects drained in {elapsed:.0f} s "
-        f"({n / elapsed:,.0f}/s)"
-    )
+    print(f"exit code {proc.returncode}; {n:,} drained in {elapsed:.0f} s ({n / elapsed:,.0f}/s)")
     print("peak RSS per process (MB): " + ", ".join(f"{v:.1f}" for v in peak.values()))
-    if len(marks) >= 3:
-        print(
-            f"flat: largest worker {marks[1][1]:.1f} MB at {marks[1][0]:,} delivered, "
-            f"{marks[-1][1]:.1f} MB at {marks[-1][0]:,}"
-        )
     print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}")
     return 0 if proc.returncode == 0 else 1
