@@ -130,8 +130,8 @@ class Delivery:
         except Exception as exc:  # an attempt always ends recorded
             log.error(
                 "channel failed",
-                exc_info=exc,
-                extra={"event": "send.unexpected", "idempotency_key": effect.idempotency_key},
+                extra={"event": "send.unexpected", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
             )
             return Sent("retry", error_class="Unexpected", error=f"{type(exc).__name__}: {exc}")
 

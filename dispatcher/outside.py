@@ -12,6 +12,8 @@ it into bounded, valid UTF-8 that keeps what a support person needs to read.
 from __future__ import annotations
 
 import re
+import traceback
+from typing import Any
 
 # What a delivery attempt keeps of a receiver's answer, and of an error message.
 EXCERPT_CHARS = 2048
@@ -52,3 +54,10 @@ def clean(
     if len(data) > max_bytes:
         text = data[:max_bytes].decode("utf-8", errors="ignore")
     return text
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """Log fields for an unexpected exception: its class and message cleaned, and
+    where it was raised (frames only: our code, no receiver bytes)."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    return {"error": clean(f"{type(exc).__name__}: {exc}"), "where": frames[-2000:]}

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from dispatcher import store
+from dispatcher import outside, store
 from dispatcher.dbcalls import DbCalls
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.metrics import Metrics
@@ -95,8 +95,8 @@ class Recorder:
             self._count(bad, "unrecorded")
             log.error(
                 "attempt could not be recorded; its lease will expire and it is sent again",
-                exc_info=exc,
-                extra={"event": "record.failed", "idempotency_key": bad.idempotency_key},
+                extra={"event": "record.failed", "idempotency_key": bad.idempotency_key}
+                | outside.failure(exc),
             )
             return
         log.warning(

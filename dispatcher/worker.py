@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import store
+from dispatcher import outside, store
 from dispatcher.dbcalls import DbCalls
 from dispatcher.delivery import Delivery
 from dispatcher.health import QueueStats
@@ -165,8 +165,8 @@ class Worker:
         except Exception as exc:  # never leave a claimed effect unaccounted
             log.error(
                 "attempt failed before sending; lease handed back",
-                exc_info=exc,
-                extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key},
+                extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
             )
             outcome = store.Release(effect.id, effect.lease_token, self.settings.poll_interval_s)
         await self._recorder.queue.put(outcome)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import aiosmtplib
 
+from dispatcher import outside
 from dispatcher.channels import Sent
 from dispatcher.endpoints import Endpoint
 from dispatcher.errors import InvalidEffect
@@ -103,7 +104,7 @@ def _classify(exc: BaseException, timeout_s: float) -> Sent:
         return Sent("retry", error_class="TlsFailed", error=f"{type(exc).__name__}: {exc}")
     if isinstance(exc, aiosmtplib.SMTPException | OSError):
         return Sent("retry", error_class=type(exc).__name__, error=str(exc) or type(exc).__name__)
-    log.error("unexpected send error", exc_info=exc, extra={"event": "send.unexpected"})
+    log.error("unexpected send error", extra={"event": "send.unexpected"} | outside.failure(exc))
     return Sent("retry", error_class="Unexpected", error=f"{type(exc).__name__}: {exc}")
 
 

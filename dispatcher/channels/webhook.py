@@ -19,7 +19,7 @@ import time
 import aiohttp
 import yarl
 
-from dispatcher import signing, ssrf
+from dispatcher import outside, signing, ssrf
 from dispatcher.channels import Sent
 from dispatcher.endpoints import Endpoint, secret_bytes
 from dispatcher.outside import EXCERPT_BYTES
@@ -81,7 +81,7 @@ def failed(exc: BaseException, timeout_s: float) -> Sent:
         return Sent("retry", error_class="BadResponse", error=detail)
     if isinstance(exc, aiohttp.ClientError | OSError):
         return Sent("retry", error_class="Disconnected", error=detail)
-    log.error("unexpected send error", exc_info=exc, extra={"event": "send.unexpected"})
+    log.error("unexpected send error", extra={"event": "send.unexpected"} | outside.failure(exc))
     return Sent("retry", error_class="Unexpected", error=detail)
 
 

@@ -83,3 +83,12 @@ def test_clean_text_is_valid_utf8_without_control_characters_and_within_both_lim
 def test_clean_text_escapes_nul_and_keeps_what_a_person_reads() -> None:
     assert outside.clean(b"ok\x00\r\nnext\tcol\n\xff") == "ok\\x00\\x0d\nnext\tcol\n\ufffd"
     assert outside.clean("a\udcff") == "a\ufffd\ufffd\ufffd"
+
+
+def test_an_unexpected_exception_is_logged_cleaned_with_where_it_was_raised() -> None:
+    try:
+        raise ValueError("receiver said \x00\x1b[31mred\r\nforged: line")
+    except ValueError as exc:
+        fields = outside.failure(exc)
+    assert fields["error"] == "ValueError: receiver said \\x00\\x1b[31mred\\x0d\nforged: line"
+    assert "test_recorder.py" in fields["where"] and "\x00" not in fields["where"]
