@@ -66,7 +66,7 @@ def drain(engine: sa.Engine, url: str, n: int) -> tuple[subprocess.Popen[bytes],
                 sa.text("SELECT count(*) FROM effects WHERE state = 'delivered'")
             ).scalar_one()
         tenth = int(10 * done / n)
-        if tenth > last_tenth and proc.poll() is None:
+        if tenth > last_tenth and proc.poll() is None and len(pids) > 1:
             last_tenth = tenth
             worst = max((rss_mb(pid) for pid in pids[1:] or pids), default=0.0)
             print(f"  {done:>9,} delivered: largest worker RSS {worst:6.1f} MB", flush=True)
