@@ -1,6 +1,11 @@
 """One attempt at one effect: find its endpoint, respect its rate limit, send it
 through the right channel, time it, and turn the answer into a ``store.Result``
-(with the retry delay decided by the schedule and ``Retry-After``)."""
+(with the retry delay decided by the schedule and ``Retry-After``).
+
+Every text of a ``Result`` that can carry outside data (the error, its class,
+the response excerpt) is cleaned here, once (``outside.clean``), so neither
+``record`` nor a log line ever sees a receiver's raw bytes.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import datetime as dt
 import logging
 import time
 
-from dispatcher import endpoints, retry, store
+from dispatcher import endpoints, outside, retry, store
 from dispatcher.breaker import Breakers
 from dispatcher.channels import Channel, Sent
 from dispatcher.channels.smtp import EmailChannel
@@ -32,10 +37,11 @@ class Delivery:
         self._metrics = metrics
         self._channels: dict[str, Channel] = {
             "webhook": WebhookChannel(settings, settings.concurrency),
-            "email": EmailChannel(),
+            "email": EmailChannel(settings),
         }
         self._endpoints: dict[str, Endpoint] = {}
         self._loaded_at = float("-inf")
+        self._loading: asyncio.Future[None] | None = None
         self._limits = RateLimits()
         self._hold = asyncio.Event()
         # Sends in flight; the worker claims up to one batch more than this, so
@@ -58,16 +64,23 @@ class Delivery:
             self._slots.release()  # wake every waiter; each sees the hold
 
     async def _endpoint(self, name: str) -> Endpoint | None:
+        """From a cache refreshed every ENDPOINT_CACHE_S by one load at a time (the
+        sends waiting meanwhile share it: no per-effect lookups, no stampede)."""
         stale = time.monotonic() - self._loaded_at > ENDPOINT_CACHE_S
         if stale or name not in self._endpoints:
-            found = await self._db.call(_load_endpoints)
-            if found is not None:
-                for ep in found.values():
-                    old = self._endpoints.get(ep.name)
-                    if old is not None and old.updated_at != ep.updated_at:
-                        self._breakers.forget(ep.name)  # resumed or reconfigured
-                self._endpoints, self._loaded_at = found, time.monotonic()
+            if self._loading is None or self._loading.done():
+                self._loading = asyncio.ensure_future(self._load())
+            await asyncio.shield(self._loading)
         return self._endpoints.get(name)
+
+    async def _load(self) -> None:
+        found = await self._db.call(_load_endpoints)
+        if found is not None:
+            for ep in found.values():
+                old = self._endpoints.get(ep.name)
+                if old is not None and old.updated_at != ep.updated_at:
+                    self._breakers.forget(ep.name)  # resumed or reconfigured
+            self._endpoints, self._loaded_at = found, time.monotonic()
 
     async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint)."""
@@ -104,11 +117,23 @@ class Delivery:
             timeout_s = max(
                 0.001, min(endpoint.timeout_s, effect.lease_deadline - time.monotonic())
             )
-            sent = await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
+            sent = await self._send(endpoint, effect, timeout_s)
             self._breakers.outcome(endpoint.name, sent.outcome)
         duration_s = time.perf_counter() - t0
-        self._metrics.attempt_seconds.labels(effect.endpoint).observe(duration_s)
+        self._metrics.attempt_time(effect.endpoint).observe(duration_s)
         return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+
+    async def _send(self, endpoint: Endpoint, effect: store.Claimed, timeout_s: float) -> Sent:
+        """The channel's answer; a channel bug becomes a recorded attempt, not a lost effect."""
+        try:
+            return await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
+        except Exception as exc:  # an attempt always ends recorded
+            log.error(
+                "channel failed",
+                extra={"event": "send.unexpected", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
+            )
+            return Sent("retry", error_class="Unexpected", error=f"{type(exc).__name__}: {exc}")
 
     def _result(
         self,
@@ -137,10 +162,12 @@ class Delivery:
             started_at=started_at,
             duration_ms=duration_ms,
             delay_s=delay_s,
-            error=error,
+            error=outside.clean(error),
             status_code=sent.status_code,
-            error_class=sent.error_class,
-            response_excerpt=sent.response_excerpt,
+            error_class=outside.clean(sent.error_class, outside.CLASS_CHARS, outside.CLASS_CHARS),
+            response_excerpt=outside.clean(
+                sent.response_excerpt, outside.EXCERPT_CHARS, outside.EXCERPT_BYTES
+            ),
             endpoint=effect.endpoint,
             idempotency_key=effect.idempotency_key,
         )

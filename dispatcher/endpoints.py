@@ -53,6 +53,7 @@ class Endpoint:
     smtp_username: str | None
     smtp_password: str | None = dataclasses.field(repr=False)
     mail_from: str | None
+    smtp_allow_plaintext_auth: bool
     timeout_s: float
     retry_schedule_s: tuple[float, ...] | None
     rate_limit_per_s: float | None
@@ -151,6 +152,7 @@ def add_email(
     smtp_tls: str = "none",
     smtp_username: str | None = None,
     smtp_password: str | None = None,
+    smtp_allow_plaintext_auth: bool = False,
     timeout_s: float = 10.0,
     retry_schedule_s: Sequence[float] | None = None,
     rate_limit_per_s: float | None = None,
@@ -158,6 +160,13 @@ def add_email(
     if smtp_tls not in ("none", "starttls", "tls"):
         raise InvalidRequest(
             "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
+        )
+    if smtp_username and smtp_tls == "none" and not smtp_allow_plaintext_auth:
+        raise InvalidRequest(
+            "smtp_tls",
+            "is 'none', so the SMTP password would cross the network unencrypted",
+            "use starttls or tls, or opt in explicitly with --smtp-allow-plaintext-auth "
+            "(a trusted local relay only)",
         )
     if "@" not in mail_from:
         raise InvalidRequest(
@@ -174,6 +183,7 @@ def add_email(
         smtp_tls=smtp_tls,
         smtp_username=smtp_username,
         smtp_password=smtp_password,
+        smtp_allow_plaintext_auth=smtp_allow_plaintext_auth,
         mail_from=mail_from,
         timeout_s=timeout_s,
         retry_schedule_s=retry_schedule_s,
@@ -194,6 +204,7 @@ def _insert(conn: Connection, **values: Any) -> Endpoint:
         "smtp_tls": "none",
         "smtp_username": None,
         "smtp_password": None,
+        "smtp_allow_plaintext_auth": False,
         "mail_from": None,
     } | values
     if row["retry_schedule_s"] is not None:

@@ -1,10 +1,10 @@
 -- name: insert_endpoint
 -- Register a destination; the name is what producers use, never the URL.
 INSERT INTO endpoints (name, kind, url, signing_secret, smtp_host, smtp_port, smtp_tls,
-                       smtp_username, smtp_password, mail_from, timeout_s,
-                       retry_schedule_s, rate_limit_per_s)
+                       smtp_username, smtp_password, smtp_allow_plaintext_auth, mail_from,
+                       timeout_s, retry_schedule_s, rate_limit_per_s)
 VALUES (:name, :kind, :url, :signing_secret, :smtp_host, :smtp_port, :smtp_tls,
-        :smtp_username, :smtp_password, :mail_from, :timeout_s,
+        :smtp_username, :smtp_password, :smtp_allow_plaintext_auth, :mail_from, :timeout_s,
         :retry_schedule_s, :rate_limit_per_s)
 ON CONFLICT (name) DO NOTHING
 RETURNING id;

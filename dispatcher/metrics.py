@@ -30,6 +30,23 @@ class Metrics:
         self.oldest_due_age = Gauge(
             "outbox_oldest_due_age_seconds", OLDEST_DUE_AGE_HELP, registry=self.registry
         )
+        self._deliveries: dict[tuple[str, str], Counter] = {}
+        self._attempt_seconds: dict[str, Histogram] = {}
+
+    def delivery(self, endpoint: str, outcome: str) -> Counter:
+        """The counter of one (endpoint, outcome): looked up once, then reused (a
+        ``labels()`` lookup per delivery cost as much as the increment)."""
+        key = (endpoint, outcome)
+        child = self._deliveries.get(key)
+        if child is None:
+            child = self._deliveries[key] = self.deliveries.labels(endpoint, outcome)
+        return child
+
+    def attempt_time(self, endpoint: str) -> Histogram:
+        child = self._attempt_seconds.get(endpoint)
+        if child is None:
+            child = self._attempt_seconds[endpoint] = self.attempt_seconds.labels(endpoint)
+        return child
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)

@@ -25,15 +25,16 @@ def next_delay_s(attempt: int, schedule: Sequence[float]) -> float | None:
 
 
 def parse_retry_after(value: str | None, now: dt.datetime | None = None) -> float | None:
-    """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP date)."""
-    if not value:
+    """Seconds asked for by a ``Retry-After`` header (delta-seconds or HTTP date);
+    None for anything else (the header is the receiver's data: never trusted to parse)."""
+    if not value or len(value) > 100:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)

@@ -65,6 +65,8 @@ endpoints = sa.Table(
     sa.Column("smtp_username", sa.Text),
     sa.Column("smtp_password", sa.Text),
     sa.Column("mail_from", sa.Text),
+    # Credentials over a connection without TLS only when an operator said so.
+    sa.Column("smtp_allow_plaintext_auth", sa.Boolean, nullable=False, server_default=sa.false()),
     # delivery policy
     sa.Column("timeout_s", sa.Float, nullable=False, server_default="10"),
     sa.Column("retry_schedule_s", pg.ARRAY(sa.Float)),  # NULL: the dispatcher's default

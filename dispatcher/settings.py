@@ -111,6 +111,10 @@ class Settings:
     poll_interval_s: float = 1.0
     shutdown_timeout_s: float = 30.0
     heartbeat_interval_s: float = 5.0
+    # A progress line (delivered, retried, dead, rate, queue depth) this often; 0: off.
+    progress_interval_s: float = 30.0
+    # Worker processes under one supervisor; 0: one per CPU core of the host.
+    processes: int = 0
     retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
     retry_after_cap_s: float = 3600.0
     # Retention in the dispatcher (off at 0): purge effects finished longer ago.
@@ -121,6 +125,8 @@ class Settings:
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
     metrics_host: str = "127.0.0.1"
+    # CA bundle trusted for SMTP TLS besides the system's (a private relay's CA).
+    smtp_ca_file: str = ""
     # API.
     api_host: str = "127.0.0.1"
     api_port: int = 8000
@@ -155,6 +161,10 @@ class Settings:
             heartbeat_interval_s=_env_float(
                 env, "OUTBOX_HEARTBEAT_INTERVAL_S", defaults.heartbeat_interval_s
             ),
+            progress_interval_s=_env_float(
+                env, "OUTBOX_PROGRESS_INTERVAL_S", defaults.progress_interval_s
+            ),
+            processes=_env_int(env, "OUTBOX_PROCESSES", defaults.processes),
             retry_schedule_s=tuple(float(x) for x in _env_list(env, "OUTBOX_RETRY_SCHEDULE_S"))
             or defaults.retry_schedule_s,
             retry_after_cap_s=_env_float(
@@ -169,6 +179,7 @@ class Settings:
             retention_batch_size=_env_int(
                 env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
             ),
+            smtp_ca_file=env.get("OUTBOX_SMTP_CA_FILE", ""),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 def signature(secrets: Sequence[bytes], idempotency_key: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` header value: ``v1,<base64 HMAC-SHA256>`` per secret."""
     signed = f"{idempotency_key}.{timestamp}.".encode() + body
+    # hmac.digest: the one-shot C path (measured: cheaper than hmac.new(...).digest()).
     return " ".join(
-        "v1," + base64.b64encode(hmac.new(s, signed, hashlib.sha256).digest()).decode("ascii")
+        "v1," + base64.b64encode(hmac.digest(s, signed, hashlib.sha256)).decode("ascii")
         for s in secrets
     )
 

@@ -3,7 +3,9 @@
 Every statement is named in ``store.sql`` with the reason it exists. Claims and
 records are batched (one round trip for up to ``claim_batch_size`` effects);
 nothing reads the outbox by a sequence cursor, because rows commit out of order.
-Calls are synchronous (psycopg2); the worker runs them in a thread.
+Calls are synchronous (psycopg2); the worker runs them in a thread. Every call
+is one statement, atomic on its own, so the dispatcher's engine runs in
+autocommit (``ENGINE_OPTIONS``): one round trip per call, no BEGIN/COMMIT.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -21,6 +24,27 @@ from dispatcher import health
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "store.sql")
+
+# How the dispatcher's engine is built: db.create_engine(url, **ENGINE_OPTIONS).
+# - The planner settings keep the claim on ix_effects_due in order, stopping at
+#   LIMIT: right after a big batch commit the table has no fresh statistics and
+#   the planner would bitmap-scan and sort every due row instead (measured: 39 ms
+#   vs 6 ms per claim with 30k due). No other dispatcher statement sorts.
+# - Claims, releases and heartbeats commit without waiting for the WAL flush
+#   (an fsync took ~4 ms here, on the path from a producer's COMMIT to the send).
+#   Safe: a claim lost in a PostgreSQL crash leaves its effect due again (an
+#   in-flight send is at-least-once anyway, and its late record is 'stale'), and
+#   ``record`` commits durably: WAL is flushed in order, so a durable record
+#   makes its claim durable too. Outcomes and the key ledger are never at risk.
+ENGINE_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "pre_ping": False,  # DbCalls retries every call on a lost connection
+    "session_settings": {
+        "enable_bitmapscan": "off",
+        "enable_sort": "off",
+        "synchronous_commit": "off",
+    },
+}
 
 # Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
 OUTCOMES = ("delivered", "retry", "dead", "gone")
@@ -67,22 +91,22 @@ def claim(engine: Engine, worker_id: str, limit: int, lease_s: float) -> list[Cl
     params = {"worker_id": worker_id, "limit": limit, "lease_s": lease_s}
     deadline = time.monotonic() + lease_s
     with engine.begin() as conn:
-        conn.execute(_Q["claim_plan"])
-        rows = conn.execute(_Q["claim"], params).mappings().all()
+        rows = conn.execute(_Q["claim"], params).all()
+    # Positional, in the order of the claim's RETURNING list (cheaper than mappings).
     return [
         Claimed(
-            id=r["id"],
-            idempotency_key=r["idempotency_key"],
-            endpoint=r["endpoint"],
-            recipient=r["recipient"],
-            payload=r["payload"],
-            attempt=r["attempt_count"],
-            lease_token=str(r["lease_token"]),
-            created_at=r["created_at"],
+            id=r[0],
+            idempotency_key=r[1],
+            endpoint=r[2],
+            recipient=r[3],
+            payload=r[4],
+            attempt=r[5],
+            lease_token=str(r[6]),
+            created_at=r[7],
             lease_deadline=deadline,
         )
         for r in rows
-        if not r["already_delivered"]
+        if not r[8]
     ]
 
 
@@ -110,7 +134,9 @@ def record(
         "durations_ms": [r.duration_ms for r in results],
         "attempts": [r.attempt for r in results],
     }
-    with engine.begin() as conn:
+    # Its own transaction, durable at COMMIT whatever the session says (ENGINE_OPTIONS).
+    with engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
+        conn.execute(_Q["durable_commit"])
         rows = conn.execute(_Q["record"], params).all()
     return {(int(row[0]), str(row[1])): bool(row[2]) for row in rows}
 

@@ -8,8 +8,10 @@ never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat; retention when configured) are named and a crash of any stops the
-worker with a non-zero exit; signals are installed by the CLI, not here.
+heartbeat, progress; retention when configured) are named and a crash of any
+stops the worker with a non-zero exit; signals are installed by the CLI, not
+here. Nothing a receiver or an effect's data does can crash a side task: every
+attempt ends as a recorded outcome (``delivery``, ``recorder``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import retention, store
+from dispatcher import outside, retention, store
 from dispatcher.dbcalls import DbCalls
 from dispatcher.delivery import Delivery
+from dispatcher.health import QueueStats
 from dispatcher.metrics import Metrics
+from dispatcher.recorder import Recorder
 from dispatcher.settings import Settings
 from dispatcher.wakeup import Listener
 
@@ -62,9 +68,23 @@ class Worker:
         self._crash: BaseException | None = None
         self._in_flight: set[asyncio.Task[None]] = set()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
-        self._results: asyncio.Queue[store.Result | store.Release | None] = asyncio.Queue()
-        self.delivered = 0
-        self.failed = 0
+        self._recorder = Recorder(
+            self._db,
+            self.worker_id,
+            self.metrics,
+            batch_size=settings.claim_batch_size,
+            give_up_s=max(120.0, settings.lease_s),
+            recorded=self._settled,
+        )
+        self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
+
+    @property
+    def delivered(self) -> int:
+        return self._recorder.counts["delivered"]
+
+    @property
+    def failed(self) -> int:
+        return self._recorder.counts.total() - self.delivered
 
     def stop(self) -> None:
         """Ask the worker to stop: no new claims; in-flight sends are finished."""
@@ -80,12 +100,14 @@ class Worker:
         await delivery.start()
         side = {
             "listener": asyncio.create_task(Listener(self._url, self.wake).run(), name="listener"),
-            "recorder": asyncio.create_task(self._recorder(), name="recorder"),
+            "recorder": asyncio.create_task(self._recorder.run(), name="recorder"),
             "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
         }
         if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
             side["retention"] = asyncio.create_task(purging, name="retention")
+        if self.settings.progress_interval_s > 0:
+            side["progress"] = asyncio.create_task(self._progress(), name="progress")
         for task in side.values():
             task.add_done_callback(self._side_task_done)
         log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})
@@ -141,7 +163,20 @@ class Worker:
         return due is False
 
     async def _deliver(self, delivery: Delivery, effect: store.Claimed) -> None:
-        await self._results.put(await delivery.attempt(effect))
+        try:
+            outcome = await delivery.attempt(effect)
+        except Exception as exc:  # never leave a claimed effect unaccounted
+            log.error(
+                "attempt failed before sending; lease handed back",
+                extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
+            )
+            outcome = store.Release(effect.id, effect.lease_token, self.settings.poll_interval_s)
+        await self._recorder.queue.put(outcome)
+
+    def _settled(self, count: int) -> None:
+        self._unrecorded -= count
+        self._wake.set()
 
     def _send_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
@@ -151,68 +186,6 @@ class Worker:
         if room >= max(1, s.claim_batch_size // 2):
             self._wake.set()
 
-    async def _recorder(self) -> None:
-        """Record outcomes in batches: whatever has queued up goes in one statement
-        (then unsent leases are handed back, after the outcomes that caused it)."""
-        done = False
-        while not done:
-            batch: list[store.Result | store.Release] = []
-            item = await self._results.get()
-            while item is not None:
-                batch.append(item)
-                if len(batch) >= self.settings.claim_batch_size or self._results.empty():
-                    break
-                item = self._results.get_nowait()
-            done = item is None
-            results = [r for r in batch if isinstance(r, store.Result)]
-            releases = [r for r in batch if isinstance(r, store.Release)]
-            if results:
-                await self._record(results)
-            if releases:
-                await self._db.call(store.release, releases, give_up_after_s=60.0)
-                self._unrecorded -= len(releases)
-
-    async def _record(self, batch: list[store.Result]) -> None:
-        give_up_s = max(120.0, self.settings.lease_s)
-        recorded = await self._db.call(
-            store.record, self.worker_id, batch, give_up_after_s=give_up_s
-        )
-        self._unrecorded -= len(batch)
-        for r in batch:
-            fresh = recorded and recorded.get((r.effect_id, r.lease_token))
-            outcome = r.outcome if fresh else "stale"
-            self.metrics.deliveries.labels(r.endpoint, outcome).inc()
-            if outcome == "delivered":
-                self.delivered += 1
-                if log.isEnabledFor(logging.DEBUG):
-                    log.debug(
-                        "delivered",
-                        extra={
-                            "event": "effect.delivered",
-                            "idempotency_key": r.idempotency_key,
-                            "endpoint": r.endpoint,
-                            "attempt": r.attempt,
-                        },
-                    )
-                continue
-            self.failed += 1
-            log.log(
-                logging.INFO if outcome == "retry" else logging.WARNING,
-                "attempt not delivered"
-                if outcome != "stale"
-                else "lease lost; outcome not applied",
-                extra={
-                    "event": f"effect.{outcome}",
-                    "idempotency_key": r.idempotency_key,
-                    "endpoint": r.endpoint,
-                    "attempt": r.attempt,
-                    "status_code": r.status_code,
-                    "error": r.error,
-                    "retry_in_s": round(r.delay_s, 3) if outcome == "retry" else None,
-                },
-            )
-        self._wake.set()
-
     async def _heartbeat(self) -> None:
         while True:
             await self._db.call(
@@ -220,9 +193,31 @@ class Worker:
             )
             stats = await self._db.call(store.queue_stats)
             if stats is not None:
+                self._queue = stats
                 self.metrics.queue_depth.set(stats.depth)
                 self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
             await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _progress(self) -> None:
+        """One INFO line per interval: what was settled since the last line, and the queue."""
+        interval_s = self.settings.progress_interval_s
+        last, last_at = self._recorder.counts.copy(), time.monotonic()
+        while True:
+            await asyncio.sleep(interval_s)
+            now, counts = time.monotonic(), self._recorder.counts.copy()
+            since = counts - last
+            fields: dict[str, object] = {
+                "delivered": since["delivered"],
+                "retried": since["retry"],
+                "dead": since["dead"] + since["gone"],
+                "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
+                "queue_depth": self._queue.depth,
+                "in_flight": len(self._in_flight),
+            }
+            log.info(
+                progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields
+            )
+            last, last_at = counts, now
 
     async def _shutdown(self, delivery: Delivery, side: dict[str, asyncio.Task[None]]) -> None:
         """Finish in-flight sends (up to the timeout), hand back unsent leases,
@@ -237,7 +232,7 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        await self._results.put(None)
+        await self._recorder.queue.put(None)
         recorder = side.pop("recorder")
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(recorder), self.settings.shutdown_timeout_s)
@@ -252,3 +247,11 @@ class Worker:
             "worker stopped",
             extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},
         )
+
+
+def progress_line(f: dict[str, Any], seconds: float) -> str:
+    return (
+        f"progress: {f['delivered']:,} delivered, {f['retried']:,} retried, {f['dead']:,} dead "
+        f"in the last {seconds:.0f} s ({f['rate_per_s']:,.1f}/s); "
+        f"queue depth {f['queue_depth']:,}, {f['in_flight']:,} in flight"
+    )

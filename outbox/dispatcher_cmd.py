@@ -2,7 +2,9 @@
 
 Signals are installed here (the entry point) and only ask the worker to stop:
 SIGTERM/SIGINT -> stop claiming, finish in-flight sends up to
-OUTBOX_SHUTDOWN_TIMEOUT_S, hand back unsent leases, exit 0.
+OUTBOX_SHUTDOWN_TIMEOUT_S, hand back unsent leases, exit 0. With
+``--processes N`` (N > 1) this process is the supervisor of N such workers
+(outbox/supervisor.py).
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import signal
 from typing import Any
 
-from dispatcher import db
+from dispatcher import db, store
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from dispatcher.worker import Worker
+from outbox import supervisor
 from outbox.database import database_url
 
 log = logging.getLogger(__name__)
@@ -55,7 +59,49 @@ def register(sub: Any) -> None:
         "$OUTBOX_METRICS_HOST, else 127.0.0.1)",
     )
     run.add_argument("--json", action="store_true", help="print a JSON summary on exit")
-    run.set_defaults(handler=run_worker)
+    run.add_argument(
+        "--processes",
+        type=int,
+        help="worker processes under one supervisor (default: $OUTBOX_PROCESSES, else one per "
+        f"core: {supervisor.host_cores()} here); worker ids and metrics ports get +i",
+    )
+    run.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
+    run.set_defaults(handler=run_dispatcher)
+
+
+def run_dispatcher(args: argparse.Namespace, settings: Settings) -> int:
+    processes = args.processes if args.processes is not None else settings.processes
+    processes = processes if processes > 0 else supervisor.host_cores()
+    if processes == 1:
+        if args.supervised_by:
+            supervisor.die_with(args.supervised_by)
+        return run_worker(args, settings)
+    env = os.environ | {
+        "DATABASE_URL": database_url(settings),
+        "OUTBOX_STATE_DIR": str(settings.state_dir),
+        "OUTBOX_LOG_FORMAT": settings.log_format,
+        "OUTBOX_LOG_LEVEL": settings.log_level,
+    }
+    commands, envs = [], []
+    for i in range(processes):
+        argv = _child_flags(args, i)
+        commands.append(supervisor.child_command(argv))
+        worker_id = args.worker_id or settings.worker_id
+        envs.append(env | ({"OUTBOX_WORKER_ID": f"{worker_id}-{i}"} if worker_id else {}))
+    return supervisor.supervise(commands, envs)
+
+
+def _child_flags(args: argparse.Namespace, i: int) -> list[str]:
+    """The flags of child ``i``: the same as ours, ports shifted (ids go by environment)."""
+    flags: list[str] = []
+    for name in ("concurrency", "claim_batch_size"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", str(value)]
+    if args.metrics_port:
+        flags += ["--metrics-port", str(args.metrics_port + i)]
+    flags += ["--until-idle"] * args.until_idle + ["--json"] * args.json
+    return flags
 
 
 def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
@@ -101,9 +147,8 @@ def _log_ssrf_allow_list(settings: Settings) -> None:
 def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = _with_flags(args, settings)
     url = database_url(settings)
-    # No pre-ping: every store call is retried by DbCalls on a lost connection.
     engine = db.create_engine(
-        url, pool_size=4, application_name="outbox-dispatcher", pre_ping=False
+        url, pool_size=4, application_name="outbox-dispatcher", **store.ENGINE_OPTIONS
     )
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:

@@ -72,6 +72,11 @@ def register(sub: Any) -> None:
         metavar="VAR",
         help="name of an env variable holding the password (default: none)",
     )
+    mail.add_argument(
+        "--smtp-allow-plaintext-auth",
+        action="store_true",
+        help="allow AUTH with --smtp-tls none (a trusted local relay only; default: refused)",
+    )
     _policy_args(mail)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
@@ -189,6 +194,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 smtp_tls=args.smtp_tls,
                 smtp_username=args.smtp_username,
                 smtp_password=password,
+                smtp_allow_plaintext_auth=args.smtp_allow_plaintext_auth,
                 timeout_s=args.timeout_s,
                 retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,

@@ -2,7 +2,10 @@
 
 A channel never touches the database: it returns a ``Sent`` and the worker
 records it. Channels classify the answer (delivered / retry / dead / gone); the
-retry policy decides when.
+retry policy decides when. A channel never raises for anything a receiver or an
+effect's data did: every such problem is a ``Sent`` with an error class. Texts
+in a ``Sent`` may still hold the receiver's raw bytes: ``delivery`` cleans them
+(``dispatcher.outside.clean``) before they reach SQL or a log.
 """
 
 from __future__ import annotations
@@ -13,9 +16,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from dispatcher.endpoints import Endpoint
     from dispatcher.store import Claimed
-
-# Response excerpts kept in the attempt log are at most this many bytes.
-EXCERPT_BYTES = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,14 +28,6 @@ class Sent:
     error: str | None = None
     response_excerpt: str | None = None
     retry_after_s: float | None = None
-
-
-def clip(text: str, limit: int = EXCERPT_BYTES) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes (never mid-character)."""
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode("utf-8", errors="ignore")
 
 
 class Channel(Protocol):

@@ -1,108 +1,126 @@
-"""E-mail deliveries over SMTP (smtplib in a thread: no extra dependency).
+"""E-mail deliveries over SMTP (aiosmtplib: async, STARTTLS, implicit TLS, AUTH).
 
 The ``Message-ID`` is derived from the idempotency key, so a mail system that
-deduplicates on it sees one message however often we retry. The payload names
-``subject`` and ``text`` (and optionally ``html``); the recipient is the
-effect's ``recipient``. A missing field is a dead letter with the reason, not a crash.
+deduplicates on it sees one message however often we retry. The effect must
+meet the shared e-mail contract (``validation.check_email_effect``: exactly one
+plain recipient address, a one-line subject, a text body); anything a channel
+cannot render is one attempt, dead, with a reason naming the field and the fix.
+
+Security: credentials never cross a plaintext connection unless the endpoint
+opted in (``smtp_allow_plaintext_auth``). Time: one deadline for the whole send
+(connect, TLS, AUTH, every command and reply), capped by the lease; smtplib's
+timeout applied per socket operation, so a server that dripped its replies
+could hold a send far past its lease.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import email.policy
 import json
-import smtplib
+import logging
 import ssl
 from email.message import EmailMessage
+from pathlib import Path
 
-from dispatcher.channels import Sent, clip
+import aiosmtplib
+
+from dispatcher import outside
+from dispatcher.channels import Sent
 from dispatcher.endpoints import Endpoint
+from dispatcher.errors import InvalidEffect
+from dispatcher.settings import Settings
 from dispatcher.store import Claimed
+from dispatcher.validation import check_email_effect
+
+log = logging.getLogger(__name__)
 
 MESSAGE_ID_DOMAIN = "spark-outbox"
+_WIRE = email.policy.SMTP  # CRLF line ends, RFC 2047 for non-ASCII headers
 
 
 def message_id(idempotency_key: str) -> str:
     return f"<{idempotency_key}@{MESSAGE_ID_DOMAIN}>"
 
 
-def build_message(endpoint: Endpoint, effect: Claimed) -> EmailMessage | str:
-    """The message, or the reason it cannot be built (a dead-letter reason)."""
+def _invalid(field: str, problem: str, fix: str) -> Sent:
+    return Sent("dead", error_class="InvalidEmail", error=f"{field}: {problem}; {fix}")
+
+
+def render(endpoint: Endpoint, effect: Claimed) -> tuple[str, bytes] | Sent:
+    """(recipient, the message's bytes), or a dead ``Sent`` saying which field to fix."""
     try:
         payload = json.loads(effect.payload)
     except ValueError:
-        return "payload is not JSON"
-    if not effect.recipient:
-        return "recipient is missing: e-mail effects need a recipient address"
-    subject, text = payload.get("subject"), payload.get("text")
-    if not isinstance(subject, str) or not subject.strip():
-        return "payload.subject is missing: e-mail payloads need a subject"
-    if not isinstance(text, str):
-        return "payload.text is missing: e-mail payloads need a text body"
-    msg = EmailMessage()
-    msg["Message-ID"] = message_id(effect.idempotency_key)
-    msg["From"] = endpoint.mail_from or ""
-    msg["To"] = effect.recipient
-    msg["Subject"] = subject
-    msg["Idempotency-Key"] = effect.idempotency_key
-    msg.set_content(text)
-    html = payload.get("html")
-    if isinstance(html, str):
-        msg.add_alternative(html, subtype="html")
-    return msg
+        return _invalid("payload", "is not JSON", "enqueue a JSON object")
+    if not isinstance(payload, dict):
+        return _invalid("payload", "is not a JSON object", 'enqueue {"subject": .., "text": ..}')
+    try:
+        address = check_email_effect(effect.recipient, payload)
+    except InvalidEffect as exc:
+        return _invalid(exc.field, exc.problem, exc.fix)
+    try:
+        msg = EmailMessage(policy=_WIRE)
+        msg["Message-ID"] = message_id(effect.idempotency_key)
+        msg["From"] = endpoint.mail_from or ""
+        msg["To"] = address
+        msg["Subject"] = payload["subject"]
+        msg["Idempotency-Key"] = effect.idempotency_key
+        msg.set_content(payload["text"])
+        if isinstance(payload.get("html"), str):
+            msg.add_alternative(payload["html"], subtype="html")
+        return address, msg.as_bytes()
+    except Exception as exc:  # any failure to build is the effect's data
+        return _invalid(
+            "payload",
+            f"cannot be rendered as an e-mail ({type(exc).__name__}: {exc})",
+            "fix the subject, text or html so they are plain text and one-line where needed",
+        )
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context per process: building it costs ~10-90 ms."""
-    return ssl.create_default_context()
-
-
-def _send_sync(endpoint: Endpoint, msg: EmailMessage, timeout: float) -> None:
-    host, port = endpoint.smtp_host or "", endpoint.smtp_port or 25
-    context = _tls_context()
-    smtp: smtplib.SMTP
-    if endpoint.smtp_tls == "tls":
-        smtp = smtplib.SMTP_SSL(host, port, timeout=timeout, context=context)
-    else:
-        smtp = smtplib.SMTP(host, port, timeout=timeout)
-    with smtp:
-        if endpoint.smtp_tls == "starttls":
-            smtp.starttls(context=context)
-        if endpoint.smtp_username:
-            smtp.login(endpoint.smtp_username, endpoint.smtp_password or "")
-        smtp.send_message(msg)
-
-
-def _classify(exc: Exception) -> Sent:
-    name = type(exc).__name__
-    if isinstance(exc, smtplib.SMTPRecipientsRefused):
-        codes = [code for code, _ in exc.recipients.values()]
+def _classify(exc: BaseException, timeout_s: float) -> Sent:
+    """Outcome and error class of a failed send (docs/dispatcher.md, outcome table)."""
+    if isinstance(exc, TimeoutError):
+        return Sent("retry", error_class="Timeout", error=f"no complete send in {timeout_s:.3g}s")
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        codes = [r.code for r in exc.recipients]
         outcome = "retry" if codes and all(400 <= c < 500 for c in codes) else "dead"
+        detail = "; ".join(f"{r.code} {r.message}" for r in exc.recipients)
         return Sent(
             outcome,
             status_code=codes[0] if codes else None,
-            error_class=name,
-            error=clip(f"recipient refused: {exc.recipients}", 500),
+            error_class="SMTPRecipientsRefused",
+            error=f"recipient refused: {detail}",
         )
-    if isinstance(exc, smtplib.SMTPResponseException):
-        outcome = "retry" if 400 <= exc.smtp_code < 500 else "dead"
-        detail = (
-            exc.smtp_error.decode("utf-8", "replace")
-            if isinstance(exc.smtp_error, bytes)
-            else str(exc.smtp_error)
-        )
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        outcome = "retry" if exc.code < 500 else "dead"
         return Sent(
             outcome,
-            status_code=exc.smtp_code,
-            error_class=name,
-            error=clip(f"SMTP {exc.smtp_code}: {detail}", 500),
+            status_code=exc.code,
+            error_class=type(exc).__name__,
+            error=f"SMTP {exc.code}: {exc.message}",
         )
-    # Connection refused, timeouts, disconnects: transient.
-    return Sent("retry", error_class=name, error=clip(str(exc) or name, 500))
+    if isinstance(exc, ssl.SSLError):
+        return Sent("retry", error_class="TlsFailed", error=f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, aiosmtplib.SMTPException | OSError):
+        return Sent("retry", error_class=type(exc).__name__, error=str(exc) or type(exc).__name__)
+    log.error("unexpected send error", extra={"event": "send.unexpected"} | outside.failure(exc))
+    return Sent("retry", error_class="Unexpected", error=f"{type(exc).__name__}: {exc}")
 
 
 class EmailChannel:
+    def __init__(self, settings: Settings) -> None:
+        self._ca_file = settings.smtp_ca_file
+        self._context: ssl.SSLContext | None = None
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """One verifying TLS context per channel: building one costs ~10-90 ms."""
+        if self._context is None:
+            self._context = ssl.create_default_context()
+            if self._ca_file:
+                self._context.load_verify_locations(cafile=str(Path(self._ca_file)))
+        return self._context
+
     async def start(self) -> None:
         return None
 
@@ -110,11 +128,34 @@ class EmailChannel:
         return None
 
     async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
-        msg = build_message(endpoint, effect)
-        if isinstance(msg, str):
-            return Sent("dead", error_class="InvalidEmail", error=msg)
+        rendered = render(endpoint, effect)
+        if isinstance(rendered, Sent):
+            return rendered
+        plaintext = endpoint.smtp_tls == "none"
+        if endpoint.smtp_username and plaintext and not endpoint.smtp_allow_plaintext_auth:
+            return Sent(
+                "dead",
+                error_class="PlaintextAuthRefused",
+                error="smtp_tls: 'none' would send the SMTP password unencrypted; use "
+                "--smtp-tls starttls or tls (or opt in with --smtp-allow-plaintext-auth), "
+                "then requeue",
+            )
+        recipient, data = rendered
         try:
-            await asyncio.to_thread(_send_sync, endpoint, msg, timeout_s)
-        except (smtplib.SMTPException, OSError) as exc:
-            return _classify(exc)
+            async with asyncio.timeout(timeout_s):
+                await aiosmtplib.send(
+                    data,
+                    sender=endpoint.mail_from or "",
+                    recipients=[recipient],
+                    hostname=endpoint.smtp_host or "",
+                    port=endpoint.smtp_port or 25,
+                    username=endpoint.smtp_username,
+                    password=endpoint.smtp_password if endpoint.smtp_username else None,
+                    use_tls=endpoint.smtp_tls == "tls",
+                    start_tls=endpoint.smtp_tls == "starttls",
+                    tls_context=None if plaintext else self._tls_context(),
+                    timeout=timeout_s,
+                )
+        except Exception as exc:  # the server's doing, never the worker's end
+            return _classify(exc, timeout_s)
         return Sent("delivered", status_code=250)

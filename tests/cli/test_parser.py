@@ -28,7 +28,8 @@ def test_every_option_help_shows_its_default() -> None:
         formatter = parser._get_formatter()
         for action in parser._actions:
             flag = action.nargs == 0  # store_true, --help: off unless given
-            if not action.option_strings or flag or action.required:
+            hidden = action.help == argparse.SUPPRESS  # internal, not in --help
+            if not action.option_strings or flag or action.required or hidden:
                 continue
             text = formatter._expand_help(action) if action.help else ""
             if "default" not in text:

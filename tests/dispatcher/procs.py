@@ -27,6 +27,8 @@ def worker_env(db_url: str, **extra: str) -> dict[str, str]:
         "OUTBOX_RETRY_SCHEDULE_S": "0,0.2,0.2",
         "OUTBOX_SHUTDOWN_TIMEOUT_S": "5",
         "OUTBOX_LOG_LEVEL": "WARNING",
+        # One worker per command unless a test asks for a supervisor (--processes N).
+        "OUTBOX_PROCESSES": "1",
     }
     return env | extra
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
 from dispatcher.settings import Settings
 from outbox.tools.scratch import free_port
+from tests.dispatcher import procs
 from tests.dispatcher.conftest import run_worker
 
 
@@ -119,8 +122,10 @@ def test_missing_recipient_or_subject_is_a_dead_letter_not_a_crash(
     assert [m["To"] for m in inbox.messages] == ["ada@example.com"]
     states = _states(engine)
     assert states[good][0] == "delivered"
-    assert states[no_rcpt][0] == "dead" and "recipient is missing" in str(states[no_rcpt][1])
-    assert states[no_subject][0] == "dead" and "subject is missing" in str(states[no_subject][1])
+    assert states[no_rcpt][0] == "dead" and "recipient: is missing" in str(states[no_rcpt][1])
+    assert states[no_subject][0] == "dead" and "payload.subject: is missing" in str(
+        states[no_subject][1]
+    )
 
 
 def test_a_permanent_smtp_refusal_is_dead_a_temporary_one_retried(
@@ -136,3 +141,54 @@ def test_a_permanent_smtp_refusal_is_dead_a_temporary_one_retried(
         ).all()
     assert [tuple(o) for o in outcomes] == [("retry", 450), ("retry", 450), ("dead", 450)]
     assert _states(engine)[key][0] == "dead"
+
+
+BAD_EMAILS = [
+    ("a@example.com, b@example.com", {"subject": "s", "text": "t"}, "recipient:"),
+    ("Ann <ann@example.com>", {"subject": "s", "text": "t"}, "recipient:"),
+    ("ann@example.com\r\nBcc: eve@example.com", {"subject": "s", "text": "t"}, "recipient:"),
+    ("jürgen@exämple.com", {"subject": "s", "text": "t"}, "recipient:"),
+    ("ann@example.com\n", {"subject": "s", "text": "t"}, "recipient:"),
+    (None, {"subject": "s", "text": "t"}, "recipient: is missing"),
+    ("ann@example.com", {"subject": "Hi\r\nBcc: eve@example.com", "text": "t"}, "payload.subject:"),
+    ("ann@example.com", {"subject": "Hi"}, "payload.text:"),
+    ("ann@example.com", {"subject": 7, "text": "t"}, "payload.subject:"),
+    ("ann@example.com", {"subject": "s", "text": "t", "html": 5}, "payload.html:"),
+]
+
+
+def test_mail_a_channel_cannot_render_is_one_attempt_dead_with_the_field_and_the_fix(
+    engine: Engine, db_url: str, smtp: tuple[Inbox, int], tmp_path: Path
+) -> None:
+    """Stored by any producer (even one that skipped the enqueue-time check): the
+    real CLI with --until-idle makes one attempt each, dead-letters it and returns."""
+    inbox, port = smtp
+    _mail(engine, port, ("ok@example.com", {"subject": "fine", "text": "t"}))
+    with engine.begin() as conn:
+        for i, (recipient, payload, _) in enumerate(BAD_EMAILS):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO effects (idempotency_key, endpoint, recipient, payload,"
+                    " payload_sha256) VALUES (:k, 'mail', :r, CAST(:p AS jsonb), 'x')"
+                ),
+                {"k": effect_key("bad", i), "r": recipient, "p": json.dumps(payload)},
+            )
+    worker = procs.start(procs.worker_env(db_url), "--until-idle", log=tmp_path / "w.log")
+    assert worker.wait(60) == 0, (tmp_path / "w.log").read_text()[-3000:]
+    states = _states(engine)
+    with engine.connect() as conn:
+        attempts = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT e.idempotency_key, count(*) FROM delivery_attempts a"
+                    " JOIN effects e ON e.id = a.effect_id GROUP BY 1"
+                )
+            ).all()
+        )
+    for i, (_, _, reason) in enumerate(BAD_EMAILS):
+        key = effect_key("bad", i)
+        state, error = states[key]
+        assert state == "dead" and attempts[key] == 1, (i, state, attempts.get(key))
+        assert error is not None and error.startswith(reason), (i, error)
+        assert "; " in error  # ... and the fix follows the problem
+    assert [m["To"] for m in inbox.messages] == ["ok@example.com"]

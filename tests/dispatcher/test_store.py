@@ -176,7 +176,7 @@ def test_release_hands_back_unsent_leases(engine: Engine) -> None:
     assert [x.idempotency_key for x in store.claim(engine, "w2", 10, 30)] == [key]
 
 
-def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
+def test_the_claim_walks_the_due_index_in_order(engine: Engine, db_url: str) -> None:
     insert_endpoint(engine, "hook")
     _enqueue(engine, 50)
     with engine.begin() as conn:
@@ -189,8 +189,8 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
                 " FROM generate_series(1, 20000) g"
             )
         )
-    with engine.begin() as conn:
-        conn.execute(store._Q["claim_plan"])
+    dispatcher_engine = db.create_engine(db_url, **store.ENGINE_OPTIONS)
+    with dispatcher_engine.connect() as conn:
         plan = (
             conn.execute(
                 sa.text("EXPLAIN " + store._Q["claim"].text),
@@ -199,7 +199,7 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine) -> None:
             .scalars()
             .all()
         )
-        conn.rollback()
+    dispatcher_engine.dispose()
     text = "\n".join(plan)
     assert "Index Scan using ix_effects_due on effects" in text, text
     assert "Sort" not in text and "Seq Scan on effects" not in text, text

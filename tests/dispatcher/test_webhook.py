@@ -155,7 +155,7 @@ def test_a_connection_error_is_retried(engine: Engine, fast: Settings, receiver:
     assert run_worker(fast, engine) == 0
     attempts = _attempts(engine)
     assert [a["outcome"] for a in attempts] == ["retry", "retry", "dead"]
-    assert attempts[0]["error_class"] == "ClientConnectorError"
+    assert attempts[0]["error_class"] == "ConnectFailed"
     assert _effect(engine, key)["state"] == "dead"
 
 

@@ -1,0 +1,221 @@
+"""How each contender is started, fed N jobs and timed (bench_dispatch runs them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import psycopg2
+import sqlalchemy as sa
+from pgqueuer import AsyncpgDriver, Queries
+from sqlalchemy.engine import Engine
+
+from bench.database import dsn, insert_effects
+from bench.payload import body, document
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    url: str  # the bench database
+    base: str  # the receiver
+    engine: Engine
+    receiver_pid: int
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _scalar(engine: Engine, sql: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text(sql)).scalar_one())
+
+
+def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        if p.wait(60) != 0:
+            raise RuntimeError(f"{p.args} exited {p.returncode}")
+
+
+def bare(loop: str) -> Callable[[Ctx, int], float]:
+    def run(ctx: Ctx, n: int) -> float:
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.bare_client", f"{ctx.base}/hook", str(n), "--loop", loop],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return float(out.split()[-1])
+
+    return run
+
+
+def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], float]:
+    async def enqueue_jobs(n: int) -> None:
+        conn = await asyncpg.connect(dsn_of[0])
+        try:
+            await conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
+            payloads = [body(i) for i in range(n)]
+            await Queries(AsyncpgDriver(conn)).enqueue(["post"] * n, payloads, [0] * n)
+        finally:
+            await conn.close()
+
+    dsn_of: list[str] = [""]
+
+    def run(ctx: Ctx, n: int) -> float:
+        dsn_of[0] = dsn(ctx.url)
+        extra = [] if batch_size is None else ["--batch-size", str(batch_size)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.pgq_worker", dsn_of[0], f"{ctx.base}/hook", *extra],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+            )
+            for _ in range(processes)
+        ]
+        try:
+            for p in procs:
+                assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+            asyncio.run(enqueue_jobs(n))
+            t0 = time.perf_counter()
+            _wait(lambda: _scalar(ctx.engine, "SELECT count(*) FROM pgqueuer") == 0, 600, "drain")
+            elapsed = time.perf_counter() - t0
+        finally:
+            _stop(procs)
+        return n / elapsed
+
+    return run
+
+
+def _dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env |= {
+        "DATABASE_URL": ctx.url,
+        "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8",
+        "OUTBOX_LOG_LEVEL": "WARNING",
+    }
+    with ctx.engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE worker_heartbeats"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "dispatcher", "run", "--processes", str(processes), *args],
+        cwd=ROOT,
+        env=env,
+    )
+    want = processes or cores()
+    live = "SELECT count(*) FROM worker_heartbeats WHERE stopped_at IS NULL"
+    _wait(lambda: _scalar(ctx.engine, live) >= want, 60, "the dispatchers' first heartbeats")
+    return proc
+
+
+def _reset(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
+
+
+def dispatcher(processes: int) -> Callable[[Ctx, int], float]:
+    def run(ctx: Ctx, n: int) -> float:
+        _reset(ctx.engine)
+        proc = _dispatchers(ctx, processes, "--concurrency", "64")
+        try:
+            insert_effects(ctx.engine, n)
+            t0 = time.perf_counter()
+            unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
+            _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 600, "drain")
+            elapsed = time.perf_counter() - t0
+        finally:
+            _stop([proc])
+        delivered = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
+        attempts = _scalar(ctx.engine, "SELECT count(*) FROM delivery_attempts")
+        if delivered != n or attempts != n:
+            raise RuntimeError(f"{delivered} of {n} delivered, {attempts} attempts logged")
+        return n / elapsed
+
+    return run
+
+
+def latency(
+    ctx: Ctx, rate: float, seconds: float, processes: int = 0, producers: int = 4
+) -> tuple[list[float], float]:
+    """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved.
+
+    Producers commit one effect per transaction (INSERT + NOTIFY + COMMIT in one
+    round trip, as a producer's ``enqueue`` does) on one shared schedule of
+    ``rate``/s (``producers`` threads, each its own connection, so one slow fsync
+    does not hold the schedule back) and note ``time.time()`` right after COMMIT.
+    """
+    _reset(ctx.engine)
+    committed: dict[str, float] = {}
+    proc = _dispatchers(ctx, processes)
+    start = time.perf_counter() + 0.1
+    total = int(rate * seconds)
+    try:
+        threads = [
+            threading.Thread(
+                target=_produce, args=(ctx, start, rate, range(t, total, producers), committed)
+            )
+            for t in range(producers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        achieved = len(committed) / (time.perf_counter() - start)
+        unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
+        _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 120, "the last deliveries")
+    finally:
+        _stop([proc])
+    with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
+        arrivals = json.loads(resp.read())
+    first: dict[str, float] = {}
+    for key, at in arrivals:
+        first.setdefault(key, at)
+    return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved
+
+
+def _produce(
+    ctx: Ctx, start: float, rate: float, numbers: range, committed: dict[str, float]
+) -> None:
+    conn = psycopg2.connect(dsn(ctx.url))
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            for i in numbers:
+                pause = start + i / rate - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                key = f"{i:064x}"
+                cur.execute(_PRODUCE, (key, json.dumps(document(i))))
+                committed[key] = time.time()
+    finally:
+        conn.close()
+
+
+_PRODUCE = (
+    "BEGIN; INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+    " VALUES (%s, 'lat', CAST(%s AS jsonb), 'x'); SELECT pg_notify('outbox_effects', 'bench');"
+    " COMMIT"
+)

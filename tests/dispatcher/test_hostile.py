@@ -1,0 +1,142 @@
+"""Nothing a receiver sends back stops the worker (property-based, real everything).
+
+Hypothesis draws, per effect, how a raw TCP receiver on loopback answers:
+odd bytes (NUL, invalid UTF-8, control characters) in the status line, headers
+and body, garbage, endless bodies, over-long header lines, drips, silence,
+resets, hang-ups. A real worker drains real PostgreSQL; then every effect must
+be delivered, retried (pending, due later) or dead, with every attempt it made
+recorded, and no request may arrive after its effect was recorded delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dispatcher import db
+from dispatcher.endpoints import add_webhook
+from dispatcher.enqueue import enqueue
+from dispatcher.keys import effect_key
+from dispatcher.settings import Settings
+from dispatcher.worker import Worker
+from outbox.tools import scratch
+from tests.dispatcher.hostile import KINDS, Behaviour, HostileReceiver
+
+pytestmark = pytest.mark.slow
+
+_odd = st.binary(max_size=40)
+_header = st.tuples(st.binary(min_size=1, max_size=20).map(lambda b: b.replace(b":", b"")), _odd)
+behaviours = st.builds(
+    Behaviour,
+    kind=st.sampled_from(KINDS),
+    status=st.sampled_from([200, 201, 204, 301, 400, 404, 408, 410, 429, 500, 503, 599]),
+    reason=_odd,
+    headers=st.lists(
+        st.one_of(
+            _header,
+            st.tuples(st.just(b"Retry-After"), st.text(max_size=12).map(str.encode)),
+        ),
+        max_size=4,
+    ).map(tuple),
+    body=st.binary(max_size=3000),
+)
+# Per effect: how it is answered, and whether its endpoint retries twice or once.
+cases = st.lists(st.tuples(behaviours, st.booleans()), min_size=4, max_size=16)
+
+
+@pytest.fixture(scope="module")
+def worker_settings(server_url: str) -> Settings:
+    import ipaddress
+
+    return Settings.from_env(
+        env={},
+        worker_id="hostile",
+        concurrency=16,
+        lease_s=5.0,
+        poll_interval_s=0.05,
+        heartbeat_interval_s=0.5,
+        shutdown_timeout_s=5.0,
+        retry_after_cap_s=5.0,
+        ssrf_allow_networks=(ipaddress.ip_network("127.0.0.0/8"),),
+        log_format="text",
+    )
+
+
+@settings(
+    max_examples=22,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(drawn=cases)
+def test_no_answer_a_receiver_can_send_stops_the_worker_or_loses_an_outcome(
+    server_url: str,
+    template_name: str,
+    worker_settings: Settings,
+    drawn: list[tuple[Behaviour, bool]],
+) -> None:
+    url = scratch.clone_template(server_url, template_name)
+    engine = db.create_engine(url)
+    try:
+        s = dataclasses.replace(worker_settings, database_url=url)
+        receiver, code = asyncio.run(_drain(engine, s, drawn))
+        assert code == 0  # the worker stayed up and stopped cleanly
+        _check(engine, receiver, len(drawn))
+    finally:
+        engine.dispose()
+        scratch.drop_database(server_url, scratch.database_name(url))
+
+
+async def _drain(
+    engine: sa.Engine, s: Settings, drawn: list[tuple[Behaviour, bool]]
+) -> tuple[HostileReceiver, int]:
+    receiver = HostileReceiver()
+    await receiver.start()
+    try:
+        with engine.begin() as conn:
+            for i, (behaviour, twice) in enumerate(drawn):
+                # One endpoint per effect: no circuit breaker couples their fates.
+                schedule = (0, 0.05, 30.0) if twice else (0, 0.05)
+                name = f"hook-{i}"
+                add_webhook(
+                    conn, name=name, url=receiver.url(), timeout_s=0.5, retry_schedule_s=schedule
+                )
+                key = effect_key("hostile", i)
+                receiver.behaviours[key] = behaviour
+                enqueue(conn, idempotency_key=key, endpoint=name, payload={"n": i})
+        worker = Worker(s, engine, database_url=s.database_url, until_idle=True, idle_within_s=1.0)
+        code = await asyncio.wait_for(worker.run(), 60)
+    finally:
+        await receiver.close()
+    return receiver, code
+
+
+def _check(engine: sa.Engine, receiver: HostileReceiver, n: int) -> None:
+    with engine.connect() as conn:
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+        effects = conn.execute(
+            sa.text(
+                "SELECT e.idempotency_key, e.state, e.next_attempt_at, e.delivered_at,"
+                " e.attempt_count, count(a.id) AS rows,"
+                " max(octet_length(a.response_excerpt)) AS excerpt_bytes"
+                " FROM effects e LEFT JOIN delivery_attempts a ON a.effect_id = e.id"
+                " GROUP BY e.id"
+            )
+        ).all()
+    assert len(effects) == n  # nothing lost
+    for key, state, next_at, delivered_at, attempt_count, rows, excerpt_bytes in effects:
+        assert state in ("delivered", "pending", "dead"), (key, state)
+        if state == "pending":
+            assert next_at > now, (key, next_at, now)  # retried: due later, not stuck
+        # Every attempt made was recorded (none lost between send and record).
+        assert rows >= 1 and rows == attempt_count, (key, rows, attempt_count)
+        assert excerpt_bytes is None or excerpt_bytes <= 2048
+        arrivals = [at for k, at in receiver.arrivals if k == key]
+        assert len(arrivals) <= attempt_count  # the receiver never saw more than we tried
+        if state == "delivered":
+            cutoff = delivered_at.timestamp()
+            assert all(at < cutoff for at in arrivals), (key, arrivals, delivered_at)
