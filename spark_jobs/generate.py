@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import random
+import time
 from pathlib import Path
 
 CURRENCIES = ("EUR", "USD", "GBP")
@@ -48,10 +50,16 @@ def generate(
         day = start + dt.timedelta(days=j % days)
         by_day[day].append(_bad_event(rng, events + j, day, BAD_KINDS[j % len(BAD_KINDS)], j))
     files = []
-    for day, rows in by_day.items():
+    # A streaming file source reads files in modification order, and files
+    # written within the same millisecond tie in an unspecified order: a day
+    # read after a later day is behind the watermark and silently dropped. Each
+    # day's file gets its own modification time, one second after the previous.
+    first_mtime = time.time() - days
+    for n, (day, rows) in enumerate(by_day.items()):
         rows.sort(key=lambda r: (str(r["ts"]), str(r["event_id"])))
         path = out / f"events-{day.isoformat()}.json"
         path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        os.utime(path, (first_mtime + n, first_mtime + n))
         files.append(path)
     return Generated(tuple(files), events + bad_rows, bad_rows)
 
