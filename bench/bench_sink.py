@@ -121,7 +121,7 @@ def _time_sink(url: str, rows: Any) -> tuple[float, str]:
     from spark_jobs.sink import OutboxSink
 
     _truncate(url)
-    sink = OutboxSink(job="bench", database_url=url, path="executors")
+    sink = OutboxSink(job="bench", database_url=url)
     started = time.perf_counter()
     outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
     seconds = time.perf_counter() - started
@@ -215,7 +215,10 @@ def _register_endpoint(url: str) -> None:
 
 def _truncate(url: str) -> None:
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
-        cur.execute("TRUNCATE effects, batches, staged_effects, staged_results, batch_runs CASCADE")
+        cur.execute(
+            "TRUNCATE effects, batches, deferred_effects, staged_rejects, staged_results, batch_runs "
+            "CASCADE"
+        )
         cur.execute("CHECKPOINT")
 
 

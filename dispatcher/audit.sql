@@ -1,9 +1,10 @@
 -- name: effect_by_key
--- One effect by its key (uq_effects_idempotency_key).
+-- One effect by its key (uq_effects_idempotency_key); only a visible one (a row of
+-- a run that has not committed does not exist yet, for support as for the dispatcher).
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
        next_attempt_at, created_at, updated_at, delivered_at, last_error,
        payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
-FROM effects
+FROM visible_effects
 WHERE idempotency_key = :key;
 
 -- name: attempts_of_effect
@@ -27,7 +28,7 @@ SELECT idempotency_key, endpoint, delivered_at FROM key_ledger WHERE idempotency
 -- (the CSV export) means no limit.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, state, attempt_count,
        next_attempt_at, created_at, updated_at, delivered_at, last_error
-FROM effects
+FROM visible_effects
 WHERE created_at >= :since AND created_at < :until
   AND (CAST(:job AS text) IS NULL OR job = :job)
   AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
@@ -57,7 +58,7 @@ LIMIT :limit;
 
 -- name: batch_live_counts
 -- What the batch's effects are doing now (ix_effects_job_batch_id_created_at_id).
-SELECT state, count(*) AS n FROM effects
+SELECT state, count(*) AS n FROM visible_effects
 WHERE job = :job AND batch_id = :batch_id
 GROUP BY state;
 

@@ -4,26 +4,27 @@
 UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
-WHERE idempotency_key = :key AND state = 'dead'
+WHERE id = (SELECT id FROM visible_effects WHERE idempotency_key = :key AND state = 'dead')
 RETURNING id;
 
 -- name: cancel_pending
--- Only a pending effect can be cancelled: a leased one is being sent right now.
+-- Only a pending effect can be cancelled: a leased one is being sent right now,
+-- and an invisible one (its run has not committed) does not exist yet.
 UPDATE effects
 SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     updated_at = now()
-WHERE idempotency_key = :key AND state = 'pending'
+WHERE id = (SELECT id FROM visible_effects WHERE idempotency_key = :key AND state = 'pending')
 RETURNING id;
 
 -- name: effect_state
 -- Why a transition did not apply: the effect's current state, if it exists.
-SELECT state FROM effects WHERE idempotency_key = :key;
+SELECT state FROM visible_effects WHERE idempotency_key = :key;
 
 -- name: count_dead_matching
 -- The bulk requeue's dry run: how many dead effects the filter matches, counted
 -- up to cap + 1 so that a huge match costs no more than the cap.
 SELECT count(*) FROM (
-    SELECT 1 FROM effects
+    SELECT 1 FROM visible_effects
     WHERE state = 'dead' AND created_at >= :since AND created_at < :until
       AND (CAST(:job AS text) IS NULL OR job = :job)
       AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
@@ -38,11 +39,13 @@ SELECT count(*) FROM (
 UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
-WHERE state = 'dead' AND created_at >= :since AND created_at < :until
-  AND (CAST(:job AS text) IS NULL OR job = :job)
-  AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
-  AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
-  AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+WHERE id IN (
+    SELECT id FROM visible_effects
+    WHERE state = 'dead' AND created_at >= :since AND created_at < :until
+      AND (CAST(:job AS text) IS NULL OR job = :job)
+      AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
+      AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
+      AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient))
 RETURNING idempotency_key;
 
 -- name: record_action

@@ -34,7 +34,9 @@ def register(sub: Any) -> None:
     run.add_argument("--input", type=Path, required=True, help="directory of event files")
     run.add_argument("--date", action="append", help="batch mode: day to bill (repeatable)")
     run.add_argument("--checkpoint", type=Path, help="stream mode: checkpoint directory")
-    run.add_argument("--master", help="Spark master URL (default local[2])")
+    run.add_argument(
+        "--master", help="Spark master URL, e.g. spark://host:7077 (default: local[2])"
+    )
     run.add_argument(
         "--available-now",
         "--until-idle",
@@ -42,12 +44,6 @@ def register(sub: Any) -> None:
         help="stream mode: process what is there, then stop",
     )
     run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
-    run.add_argument(
-        "--staging",
-        choices=["auto", "executors", "driver"],
-        default="auto",
-        help="batch mode: stage on executors, through the driver, or by size (auto)",
-    )
     run.set_defaults(handler=run_job)
 
 
@@ -83,7 +79,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.mode == "batch":
             for date in args.date:
-                outcome = billing_run.run_batch(spark, args.input, date, url, path=args.staging)
+                outcome = billing_run.run_batch(spark, args.input, date, url)
                 print(json.dumps(outcome, default=str), flush=True)
             return 0
         queries = billing_run.start_stream(

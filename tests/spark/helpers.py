@@ -21,6 +21,7 @@ EFFECT_ARROW_SCHEMA = pa.schema(
         ("payload", pa.string()),
         ("recipient", pa.string()),
         ("ordering_key", pa.string()),
+        ("reference", pa.string()),
         ("reject_reason", pa.string()),
         ("not_before", pa.timestamp("us", tz="UTC")),
     ]
