@@ -24,6 +24,7 @@ from tests.spark.helpers import (
     effect_rows,
     invoice_rows,
     marker,
+    numbers_query,
     sink,
     table,
 )
@@ -291,7 +292,7 @@ def test_foreach_batch_commits_each_micro_batch_under_the_query_id(
     for part in range(2):
         numbers = range(part * 10, part * 10 + 10)
         (source / f"part{part}.json").write_text("\n".join(json.dumps({"n": n}) for n in numbers))
-    query = _numbers_query(spark, source, tmp_path / "checkpoint", sink(db_url, results=None))
+    query = numbers_query(spark, source, tmp_path / "checkpoint", sink(db_url, results=None))
     assert query.awaitTermination(180)
     assert query.exception() is None
     keys = {r[0] for r in table(hook, "SELECT idempotency_key FROM effects")}
@@ -300,27 +301,3 @@ def test_foreach_batch_commits_each_micro_batch_under_the_query_id(
         (f"{query.id}/0", 10),
         (f"{query.id}/1", 10),
     ]
-
-
-def _numbers_query(spark: Any, source: Path, checkpoint: Path, stream_sink: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.keys import effect_key_column
-
-    def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
-        effects = batch.select(
-            effect_key_column("t.stream", batch.schema, "n").alias("idempotency_key"),
-            F.lit("hook").alias("endpoint"),
-            F.to_json(F.struct("n")).alias("payload"),
-        )
-        return None, effects
-
-    return (
-        spark.readStream.schema("n long")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .writeStream.foreachBatch(stream_sink.foreach_batch(derive))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
