@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     run.add_argument("--date", action="append", help="batch mode: day to bill (repeatable)")
     run.add_argument("--checkpoint", type=Path, help="stream mode: checkpoint directory")
     run.add_argument(
-        "--master", help="Spark master URL, e.g. spark://host:7077 (default: local[2])"
+        "--master",
+        help="Spark master URL, e.g. spark://host:7077 (default: spark-submit's, else local[2])",
     )
     run.add_argument(
         "--available-now",

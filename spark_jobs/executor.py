@@ -32,6 +32,16 @@ _REPORT_FIELDS = ("task_id", "rows", "mismatches", "deferred", "rejects")
 # Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
 # aborts one chunk, which is simply tried again (it is one transaction).
 _DEADLOCK_TRIES = 5
+# The checked columns COPY writes into effects (not_before goes to next_attempt_at).
+_EFFECT_COLUMNS = (
+    "idempotency_key",
+    "endpoint",
+    "recipient",
+    "payload",
+    "payload_sha256",
+    "ordering_key",
+    "reference",
+)
 # Test hook: pause a task after its first chunk committed (kill tests "mid-write").
 PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
 
@@ -112,6 +122,7 @@ def write_effects(
         cur.execute(_Q["create_incoming"])
     conn.commit()
     chunk = _Chunk(conn, run, report)
+    conn.commit()
     valid: list[Any] = []
     rejects: list[Any] = []
     for batch in batches:
@@ -126,10 +137,12 @@ def write_effects(
 
 
 class _Chunk:
-    """Writes one chunk per transaction; remembers whether keys were ever taken."""
+    """Writes one chunk per transaction: straight into the outbox by COPY while no
+    key of this task was taken, else through ``incoming_effects`` and classified."""
 
     def __init__(self, conn: Any, run: RunTag, report: TaskReport) -> None:
         self.conn = conn
+        self.run = run
         self.report = report
         self.params = {
             "job": run.job,
@@ -137,56 +150,86 @@ class _Chunk:
             "run_id": run.run_id,
             "task_id": report.task_id,
         }
-        self.optimistic = True  # plain INSERT until a key turns out to be taken
+        self.optimistic = True  # plain COPY until a key turns out to be taken
+        with conn.cursor() as cur:
+            cur.execute(_Q["ledger_is_empty"])
+            self.ledger_empty = bool(cur.fetchone()[0])
         self.written = 0
 
     def write(self, valid: Any, rejects: Any) -> None:
         import psycopg2.errors
 
-        valid_csv, rejects_csv = _csv(valid).getvalue(), self._rejects_csv(rejects)
+        self.report.rows += valid.num_rows
+        valid = self._without_ledger_keys(valid)
+        plain, scheduled = _tagged_csv(valid, self.run)
+        rejects_csv = self._rejects_csv(rejects)
         for attempt in range(_DEADLOCK_TRIES):
             try:
-                counts = self._once(valid_csv, valid.num_rows, rejects_csv)
+                self._once(plain, scheduled, valid.num_rows, rejects_csv)
                 break
             except psycopg2.errors.DeadlockDetected:
                 self.conn.rollback()
                 if attempt == _DEADLOCK_TRIES - 1:
                     raise
-        self.report.rows += valid.num_rows
-        self.report.mismatches += counts[0]
-        self.report.deferred += counts[1]
         self.report.rejects += rejects.num_rows
         self.written += 1
         if self.written == 1:
             _maybe_pause("effects_written")
 
-    def _once(self, valid_csv: bytes, n_valid: int, rejects_csv: bytes | None) -> tuple[int, int]:
-        counts = (0, 0)
+    def _once(self, plain: bytes, scheduled: bytes, rows: int, rejects_csv: bytes | None) -> None:
         with self.conn.cursor() as cur:
-            if n_valid:
-                cur.copy_expert(_Q["copy_incoming"], io.BytesIO(valid_csv))
-                if self._insert(cur) < n_valid:
-                    cur.execute(_Q["classify_taken"], self.params)
-                    mismatches, deferred = cur.fetchone()
-                    counts = (int(mismatches), int(deferred))
+            if rows and not (self.optimistic and self._copy_straight(cur, plain, scheduled)):
+                self._insert_classified(cur, plain, scheduled, rows)
             if rejects_csv is not None:
                 cur.copy_expert(_Q["stage_rejects"], io.BytesIO(rejects_csv))
         self.conn.commit()
-        return counts
 
-    def _insert(self, cur: Any) -> int:
+    def _copy_straight(self, cur: Any, plain: bytes, scheduled: bytes) -> bool:
         import psycopg2.errors
 
-        if self.optimistic:
-            cur.execute("SAVEPOINT fast_insert")
-            try:
-                cur.execute(_Q["insert_new"], self.params)
-                return int(cur.rowcount)
-            except psycopg2.errors.UniqueViolation:
-                cur.execute("ROLLBACK TO SAVEPOINT fast_insert")
-                self.optimistic = False
-        cur.execute(_Q["insert_effects"], self.params)
-        return int(cur.rowcount)
+        cur.execute("SAVEPOINT straight")
+        try:
+            cur.copy_expert(_Q["copy_effects"], io.BytesIO(plain))
+            if scheduled:
+                cur.copy_expert(_Q["copy_scheduled_effects"], io.BytesIO(scheduled))
+            return True
+        except psycopg2.errors.UniqueViolation:
+            cur.execute("ROLLBACK TO SAVEPOINT straight")
+            self.optimistic = False
+            return False
+
+    def _insert_classified(self, cur: Any, plain: bytes, scheduled: bytes, rows: int) -> None:
+        cur.copy_expert(_Q["copy_incoming"], io.BytesIO(plain))
+        if scheduled:
+            cur.copy_expert(_Q["copy_scheduled_incoming"], io.BytesIO(scheduled))
+        cur.execute(_Q["insert_effects"])
+        if cur.rowcount < rows:
+            cur.execute(_Q["classify_taken"], self.params)
+            mismatches, deferred = cur.fetchone()
+            self.report.mismatches += int(mismatches)
+            self.report.deferred += int(deferred)
+
+    def _without_ledger_keys(self, valid: Any) -> Any:
+        """Keys in the key ledger leave the chunk: deduplicated, mismatches counted."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.ledger_empty or not valid.num_rows:
+            return valid
+        with self.conn.cursor() as cur:
+            cur.execute(_Q["ledger_keys"], {"keys": valid.column("idempotency_key").to_pylist()})
+            known = dict(cur.fetchall())
+        if not known:
+            return valid
+        keys = valid.column("idempotency_key")
+        taken = pc.is_in(keys, value_set=pa.array(list(known), pa.string()))
+        for key, sha in zip(
+            pc.filter(keys, taken).to_pylist(),
+            pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
+            strict=True,
+        ):
+            self.report.mismatches += int(known[key] != sha)
+        return valid.filter(pc.invert(taken))
 
     def _rejects_csv(self, rejects: Any) -> bytes | None:
         import pyarrow as pa
@@ -196,13 +239,37 @@ class _Chunk:
             return None
         tagged = pa.table(
             {
-                "run_id": pa.repeat(pa.scalar(self.params["run_id"]), n),
+                "run_id": pa.repeat(pa.scalar(self.run.run_id), n),
                 "task_id": pa.repeat(pa.scalar(self.report.task_id, pa.int64()), n),
                 "reason": rejects.column("reason"),
                 "raw_row": rejects.column("raw_row"),
             }
         )
         return _csv(tagged).getvalue()
+
+
+def _tagged_csv(valid: Any, run: RunTag) -> tuple[bytes, bytes]:
+    """The chunk as CSV for COPY, tagged with the run: rows due now (the column
+    default now() sets next_attempt_at), and rows with not_before (it does).
+    Sorted by key: neighbouring keys land on neighbouring pages of the unique index."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    valid = valid.take(pc.sort_indices(valid, [("idempotency_key", "ascending")]))
+    n = valid.num_rows
+    tags = {
+        "job": pa.repeat(pa.scalar(run.job), n),
+        "batch_id": pa.repeat(pa.scalar(run.batch_id), n),
+        "run_id": pa.repeat(pa.scalar(run.run_id), n),
+    }
+    columns = {**tags, **{name: valid.column(name) for name in _EFFECT_COLUMNS}}
+    table = pa.table(columns)
+    due_now = pc.is_null(valid.column("not_before"))
+    plain = table.filter(due_now)
+    scheduled = table.filter(pc.invert(due_now)).append_column(
+        "next_attempt_at", pc.filter(valid.column("not_before"), pc.invert(due_now))
+    )
+    return _csv(plain).getvalue(), _csv(scheduled).getvalue() if scheduled.num_rows else b""
 
 
 def _csv(table: Any) -> io.BytesIO:
