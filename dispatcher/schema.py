@@ -6,7 +6,7 @@ next to the code that runs it; these tables give it names and types.
 
 Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 (``leased``), then *delivered*, *retried* (back to ``pending`` with a later
-``next_attempt_at``), *dead* or *cancelled*. A batch is *staged*, then
+``next_attempt_at``), *dead* or *cancelled*. A batch is *written* by a run, then
 *committed* (its row in ``batches`` is the commit marker).
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row

@@ -33,7 +33,7 @@ from dispatcher.errors import DatabaseUnavailable
 from dispatcher.schema import VISIBILITY_LOCK_ID
 from dispatcher.sqlfile import queries_beside
 from spark_jobs import phases
-from spark_jobs.executor import TaskReport
+from spark_jobs.chunks import TaskReport
 from spark_jobs.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
 from spark_jobs.results import ResultsSpec, apply_statement
 from spark_jobs.runs import read_marker

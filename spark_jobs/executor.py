@@ -1,70 +1,28 @@
-"""Code that runs on Spark executors: nothing heavier than psycopg2, pyarrow and the
+"""The Spark tasks of a batch write: nothing heavier than psycopg2, pyarrow and the
 dispatcher's validation and key helpers (an import-linter contract keeps it so).
 
-Each partition of effects checks its rows (spark_jobs.checks) and writes them
-straight into the outbox, in chunks of ``CHUNK_ROWS``, one transaction each:
-COPY into a temporary table, then one insert into ``effects`` tagged with the
-run, invisible until the run's marker commits (the ``visible_effects`` view).
-Keys already taken are classified (executor.sql, ``classify_taken``); a key
-held by another run without a marker is deferred, never swallowed. Rejects and
-result rows are staged for the commit transaction. Every task reports its
-counts; the driver uses only the reports of the tasks Spark saw succeed.
+One ``mapInArrow`` task per partition of effects writes them straight into the
+outbox in chunks of ``CHUNK_ROWS`` (spark_jobs.chunks), invisible until the
+run's marker commits (the ``visible_effects`` view); one task per partition of
+results stages its rows for the commit transaction. Every task reports its
+counts; the driver uses only the reports of the tasks Spark saw succeed
+(``collect`` returns nothing else).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import os
-import sys
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dispatcher import sqltext
-from spark_jobs.checks import checked_effects
+from spark_jobs.chunks import RunTag, TaskReport, csv, write_effects
 
 _Q = sqltext.beside(__file__, "executor.sql")
 CHUNK_ROWS = 50_000
 # What each task reports to the driver.
 REPORT_SCHEMA = "task_id long, rows long, mismatches long, deferred long, rejects long"
 _REPORT_FIELDS = ("task_id", "rows", "mismatches", "deferred", "rejects")
-# Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
-# aborts one chunk, which is simply tried again (it is one transaction).
-_DEADLOCK_TRIES = 5
-# The checked columns COPY writes into effects (not_before goes to next_attempt_at).
-_EFFECT_COLUMNS = (
-    "idempotency_key",
-    "endpoint",
-    "recipient",
-    "payload",
-    "payload_sha256",
-    "ordering_key",
-    "reference",
-)
-# Test hook: pause a task after its first chunk committed (kill tests "mid-write").
-PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
-
-
-@dataclasses.dataclass(frozen=True)
-class RunTag:
-    """What every task of a run needs: where to write, and as whom."""
-
-    dsn: str
-    job: str
-    batch_id: str
-    run_id: str
-    endpoints: Mapping[str, str]  # registered endpoint name -> kind, read once per batch
-
-
-@dataclasses.dataclass
-class TaskReport:
-    task_id: int
-    rows: int = 0  # valid effect rows (or result rows)
-    mismatches: int = 0
-    deferred: int = 0
-    rejects: int = 0
-
 
 Partitions = Callable[[Iterator[Any]], Iterator[Any]]
 
@@ -103,184 +61,13 @@ def results_writer(run: RunTag) -> Partitions:
                             "row": batch.column(0),
                         }
                     )
-                    cur.copy_expert(_Q["stage_results"], _csv(tagged))
+                    cur.copy_expert(_Q["stage_results"], csv(tagged))
                     report.rows += n
         finally:
             conn.close()
         yield _as_batch(report)
 
     return write
-
-
-def write_effects(
-    conn: Any, run: RunTag, report: TaskReport, batches: Iterable[Any], chunk_rows: int
-) -> None:
-    """Check and write ``batches`` in chunks of about ``chunk_rows`` rows."""
-    import pyarrow as pa
-
-    with conn.cursor() as cur:
-        cur.execute(_Q["create_incoming"])
-    conn.commit()
-    chunk = _Chunk(conn, run, report)
-    conn.commit()
-    valid: list[Any] = []
-    rejects: list[Any] = []
-    for batch in batches:
-        good, bad = checked_effects(batch, run.endpoints)
-        valid.append(good)
-        rejects.append(bad)
-        if sum(t.num_rows for t in valid) + sum(t.num_rows for t in rejects) >= chunk_rows:
-            chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
-            valid, rejects = [], []
-    if valid:
-        chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
-
-
-class _Chunk:
-    """Writes one chunk per transaction: straight into the outbox by COPY while no
-    key of this task was taken, else through ``incoming_effects`` and classified."""
-
-    def __init__(self, conn: Any, run: RunTag, report: TaskReport) -> None:
-        self.conn = conn
-        self.run = run
-        self.report = report
-        self.params = {
-            "job": run.job,
-            "batch_id": run.batch_id,
-            "run_id": run.run_id,
-            "task_id": report.task_id,
-        }
-        self.optimistic = True  # plain COPY until a key turns out to be taken
-        with conn.cursor() as cur:
-            cur.execute(_Q["ledger_is_empty"])
-            self.ledger_empty = bool(cur.fetchone()[0])
-        self.written = 0
-
-    def write(self, valid: Any, rejects: Any) -> None:
-        import psycopg2.errors
-
-        self.report.rows += valid.num_rows
-        valid = self._without_ledger_keys(valid)
-        plain, scheduled = _tagged_csv(valid, self.run)
-        rejects_csv = self._rejects_csv(rejects)
-        for attempt in range(_DEADLOCK_TRIES):
-            try:
-                self._once(plain, scheduled, valid.num_rows, rejects_csv)
-                break
-            except psycopg2.errors.DeadlockDetected:
-                self.conn.rollback()
-                if attempt == _DEADLOCK_TRIES - 1:
-                    raise
-        self.report.rejects += rejects.num_rows
-        self.written += 1
-        if self.written == 1:
-            _maybe_pause("effects_written")
-
-    def _once(self, plain: bytes, scheduled: bytes, rows: int, rejects_csv: bytes | None) -> None:
-        with self.conn.cursor() as cur:
-            if rows and not (self.optimistic and self._copy_straight(cur, plain, scheduled)):
-                self._insert_classified(cur, plain, scheduled, rows)
-            if rejects_csv is not None:
-                cur.copy_expert(_Q["stage_rejects"], io.BytesIO(rejects_csv))
-        self.conn.commit()
-
-    def _copy_straight(self, cur: Any, plain: bytes, scheduled: bytes) -> bool:
-        import psycopg2.errors
-
-        cur.execute("SAVEPOINT straight")
-        try:
-            cur.copy_expert(_Q["copy_effects"], io.BytesIO(plain))
-            if scheduled:
-                cur.copy_expert(_Q["copy_scheduled_effects"], io.BytesIO(scheduled))
-            return True
-        except psycopg2.errors.UniqueViolation:
-            cur.execute("ROLLBACK TO SAVEPOINT straight")
-            self.optimistic = False
-            return False
-
-    def _insert_classified(self, cur: Any, plain: bytes, scheduled: bytes, rows: int) -> None:
-        cur.copy_expert(_Q["copy_incoming"], io.BytesIO(plain))
-        if scheduled:
-            cur.copy_expert(_Q["copy_scheduled_incoming"], io.BytesIO(scheduled))
-        cur.execute(_Q["insert_effects"])
-        if cur.rowcount < rows:
-            cur.execute(_Q["classify_taken"], self.params)
-            mismatches, deferred = cur.fetchone()
-            self.report.mismatches += int(mismatches)
-            self.report.deferred += int(deferred)
-
-    def _without_ledger_keys(self, valid: Any) -> Any:
-        """Keys in the key ledger leave the chunk: deduplicated, mismatches counted."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if self.ledger_empty or not valid.num_rows:
-            return valid
-        with self.conn.cursor() as cur:
-            cur.execute(_Q["ledger_keys"], {"keys": valid.column("idempotency_key").to_pylist()})
-            known = dict(cur.fetchall())
-        if not known:
-            return valid
-        keys = valid.column("idempotency_key")
-        taken = pc.is_in(keys, value_set=pa.array(list(known), pa.string()))
-        for key, sha in zip(
-            pc.filter(keys, taken).to_pylist(),
-            pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
-            strict=True,
-        ):
-            self.report.mismatches += int(known[key] != sha)
-        return valid.filter(pc.invert(taken))
-
-    def _rejects_csv(self, rejects: Any) -> bytes | None:
-        import pyarrow as pa
-
-        n = rejects.num_rows
-        if not n:
-            return None
-        tagged = pa.table(
-            {
-                "run_id": pa.repeat(pa.scalar(self.run.run_id), n),
-                "task_id": pa.repeat(pa.scalar(self.report.task_id, pa.int64()), n),
-                "reason": rejects.column("reason"),
-                "raw_row": rejects.column("raw_row"),
-            }
-        )
-        return _csv(tagged).getvalue()
-
-
-def _tagged_csv(valid: Any, run: RunTag) -> tuple[bytes, bytes]:
-    """The chunk as CSV for COPY, tagged with the run: rows due now (the column
-    default now() sets next_attempt_at), and rows with not_before (it does).
-    Sorted by key: neighbouring keys land on neighbouring pages of the unique index."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    valid = valid.take(pc.sort_indices(valid, [("idempotency_key", "ascending")]))
-    n = valid.num_rows
-    tags = {
-        "job": pa.repeat(pa.scalar(run.job), n),
-        "batch_id": pa.repeat(pa.scalar(run.batch_id), n),
-        "run_id": pa.repeat(pa.scalar(run.run_id), n),
-    }
-    columns = {**tags, **{name: valid.column(name) for name in _EFFECT_COLUMNS}}
-    table = pa.table(columns)
-    due_now = pc.is_null(valid.column("not_before"))
-    plain = table.filter(due_now)
-    scheduled = table.filter(pc.invert(due_now)).append_column(
-        "next_attempt_at", pc.filter(valid.column("not_before"), pc.invert(due_now))
-    )
-    return _csv(plain).getvalue(), _csv(scheduled).getvalue() if scheduled.num_rows else b""
-
-
-def _csv(table: Any) -> io.BytesIO:
-    """Arrow quotes every string and leaves nulls unquoted and empty: in
-    PostgreSQL's CSV that is '' for an empty string and NULL for null."""
-    import pyarrow.csv as pacsv
-
-    buffer = io.BytesIO()
-    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
-    buffer.seek(0)
-    return buffer
 
 
 def _connect(dsn: str, kind: str) -> Any:
@@ -304,10 +91,3 @@ def _as_batch(report: TaskReport) -> Any:
         {name: [values[name]] for name in _REPORT_FIELDS},
         schema=pa.schema([(name, pa.int64()) for name in _REPORT_FIELDS]),
     )
-
-
-def _maybe_pause(phase: str) -> None:
-    """Test hook: print a marker and pause so a kill test can kill this task here."""
-    if os.environ.get(PAUSE_ENV) == phase:
-        print(f"outbox-phase: {phase} (executor pid {os.getpid()})", file=sys.stderr, flush=True)
-        time.sleep(float(os.environ.get("OUTBOX_SPARK_PAUSE_S", "30")))

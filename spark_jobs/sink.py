@@ -26,15 +26,9 @@ from typing import Any
 from dispatcher import db
 from dispatcher.errors import ConfigurationError, OutboxError
 from spark_jobs import commit, phases, runs
+from spark_jobs.chunks import RunTag, TaskReport
 from spark_jobs.contract import effect_frame, result_frame
-from spark_jobs.executor import (
-    CHUNK_ROWS,
-    REPORT_SCHEMA,
-    RunTag,
-    TaskReport,
-    effects_writer,
-    results_writer,
-)
+from spark_jobs.executor import CHUNK_ROWS, REPORT_SCHEMA, effects_writer, results_writer
 from spark_jobs.outcome import BatchOutcome, Marker
 from spark_jobs.results import ResultsSpec
 from spark_jobs.streams import stream_batch_id

@@ -31,7 +31,7 @@ from dispatcher.validation import (
     payload_sha256,
 )
 from spark_jobs.checks import check_row, checked_effects, raw_json
-from spark_jobs.executor import RunTag, TaskReport, write_effects
+from spark_jobs.chunks import RunTag, TaskReport, write_effects
 from tests.spark.helpers import EFFECT_ARROW_SCHEMA
 
 RUN = "00000000-0000-0000-0000-0000000000aa"

@@ -23,7 +23,7 @@ from dispatcher.enqueue import enqueue
 from dispatcher.sqlfile import queries_beside
 from outbox.tools.bulk import load
 from spark_jobs import commit, runs
-from spark_jobs.executor import RunTag
+from spark_jobs.chunks import RunTag
 from spark_jobs.sink import OutboxSink
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import EFFECT_SCHEMA, effect_rows, sink, table
