@@ -142,7 +142,7 @@ def check_recipient_address(recipient: object) -> str:
         raise InvalidEffect(
             "recipient", "is missing", "e-mail effects need one address, e.g. 'ada@example.com'"
         )
-    if not isinstance(recipient, str) or not _ADDRESS.match(recipient):
+    if not isinstance(recipient, str) or not _ADDRESS.fullmatch(recipient):
         raise InvalidEffect(
             "recipient",
             f"{_preview(recipient)} is not exactly one e-mail address",

@@ -21,22 +21,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dispatcher import sqltext
-from spark_jobs.checks import checked_effects
+from spark_jobs.checks import VALID_COLUMNS, checked_effects
 
 _Q = sqltext.beside(__file__, "executor.sql")
 # Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
 # aborts one chunk, which is simply tried again (it is one transaction).
 _DEADLOCK_TRIES = 5
 # The checked columns COPY writes into effects (not_before goes to next_attempt_at).
-_EFFECT_COLUMNS = (
-    "idempotency_key",
-    "endpoint",
-    "recipient",
-    "payload",
-    "payload_sha256",
-    "ordering_key",
-    "reference",
-)
+_EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name != "not_before")
 # Test hook: pause a task after its first chunk committed (kill tests "mid-write").
 PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
 
@@ -114,24 +106,31 @@ class _Chunk:
         rejects_csv = self._rejects_csv(rejects)
         for attempt in range(_DEADLOCK_TRIES):
             try:
-                self._once(plain, scheduled, valid.num_rows, rejects_csv)
+                mismatches, deferred = self._once(plain, scheduled, valid.num_rows, rejects_csv)
                 break
             except psycopg2.errors.DeadlockDetected:
                 self.conn.rollback()
                 if attempt == _DEADLOCK_TRIES - 1:
                     raise
+        self.report.mismatches += mismatches
+        self.report.deferred += deferred
         self.report.rejects += rejects.num_rows
         self.written += 1
         if self.written == 1:
             _maybe_pause("effects_written")
 
-    def _once(self, plain: bytes, scheduled: bytes, rows: int, rejects_csv: bytes | None) -> None:
+    def _once(
+        self, plain: bytes, scheduled: bytes, rows: int, rejects_csv: bytes | None
+    ) -> tuple[int, int]:
+        """One transaction; (mismatches, deferred) among the taken keys."""
+        counts = (0, 0)
         with self.conn.cursor() as cur:
             if rows and not (self.optimistic and self._copy_straight(cur, plain, scheduled)):
-                self._insert_classified(cur, plain, scheduled, rows)
+                counts = self._insert_classified(cur, plain, scheduled, rows)
             if rejects_csv is not None:
                 cur.copy_expert(_Q["stage_rejects"], io.BytesIO(rejects_csv))
         self.conn.commit()
+        return counts
 
     def _copy_straight(self, cur: Any, plain: bytes, scheduled: bytes) -> bool:
         import psycopg2.errors
@@ -147,16 +146,18 @@ class _Chunk:
             self.optimistic = False
             return False
 
-    def _insert_classified(self, cur: Any, plain: bytes, scheduled: bytes, rows: int) -> None:
+    def _insert_classified(
+        self, cur: Any, plain: bytes, scheduled: bytes, rows: int
+    ) -> tuple[int, int]:
         cur.copy_expert(_Q["copy_incoming"], io.BytesIO(plain))
         if scheduled:
             cur.copy_expert(_Q["copy_scheduled_incoming"], io.BytesIO(scheduled))
         cur.execute(_Q["insert_effects"])
-        if cur.rowcount < rows:
-            cur.execute(_Q["classify_taken"], self.params)
-            mismatches, deferred = cur.fetchone()
-            self.report.mismatches += int(mismatches)
-            self.report.deferred += int(deferred)
+        if cur.rowcount == rows:
+            return 0, 0
+        cur.execute(_Q["classify_taken"], self.params)
+        mismatches, deferred = cur.fetchone()
+        return int(mismatches), int(deferred)
 
     def _without_ledger_keys(self, valid: Any) -> Any:
         """Keys in the key ledger leave the chunk: deduplicated, mismatches counted."""
