@@ -22,8 +22,8 @@ def register(sub: Any) -> None:
     cmds.add_parser(
         "url", help="print the database URL (starts the cluster if need be)"
     ).set_defaults(handler=url)
-    up = cmds.add_parser("upgrade", help="migrate the schema (default: to head)")
-    up.add_argument("revision", nargs="?", default="head")
+    up = cmds.add_parser("upgrade", help="migrate the outbox schema (default: outbox@head)")
+    up.add_argument("revision", nargs="?", default=db.OUTBOX_HEAD)
     up.set_defaults(handler=upgrade)
     down = cmds.add_parser("downgrade", help="migrate the schema down to REVISION")
     down.add_argument("revision")
