@@ -46,7 +46,10 @@ def register(sub: Any) -> None:
         type=Path,
         help="stream mode: checkpoint directory (default: none, required in stream mode)",
     )
-    run.add_argument("--master", help="Spark master URL (default local[2])")
+    run.add_argument(
+        "--master",
+        help="Spark master URL, e.g. spark://host:7077 (default: spark-submit's, else local[2])",
+    )
     run.add_argument(
         "--available-now",
         "--until-idle",
@@ -54,12 +57,6 @@ def register(sub: Any) -> None:
         help="stream mode: process what is there, then stop",
     )
     run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
-    run.add_argument(
-        "--staging",
-        choices=["auto", "executors", "driver"],
-        default="auto",
-        help="batch mode: stage on executors, through the driver, or by size (auto)",
-    )
     run.set_defaults(handler=run_job)
 
 
@@ -94,7 +91,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.mode == "batch":
             for date in args.date:
-                outcome = billing_run.run_batch(spark, args.input, date, url, path=args.staging)
+                outcome = billing_run.run_batch(spark, args.input, date, url)
                 print(json.dumps(outcome, default=str), flush=True)
             return 0
         queries = billing_run.start_stream(

@@ -15,16 +15,22 @@ DEFAULT_MASTER = "local[2]"
 
 
 def build_session(app_name: str = "spark-outbox", master: str | None = None, **conf: Any) -> Any:
-    """Return a SparkSession (``pyspark.sql.SparkSession``) for ``master``."""
+    """Return a SparkSession (``pyspark.sql.SparkSession``) for ``master``.
+
+    Without ``master``: the one ``spark-submit --master`` gave (it starts this
+    process with ``PYSPARK_GATEWAY_PORT`` set), else ``local[2]``.
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers run this interpreter (its venv has pyarrow and psycopg2),
     # unless the environment says otherwise (a cluster's own Python).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if master is not None or "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master(master or DEFAULT_MASTER)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master or DEFAULT_MASTER)
+        builder.appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
