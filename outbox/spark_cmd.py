@@ -14,6 +14,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
+from outbox import output
 from outbox.database import database_url
 
 
@@ -92,7 +93,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         if args.mode == "batch":
             for date in args.date:
                 outcome = billing_run.run_batch(spark, args.input, date, url)
-                print(json.dumps(outcome, default=str), flush=True)
+                print(output.dumps(outcome), flush=True)
             return 0
         queries = billing_run.start_stream(
             spark,

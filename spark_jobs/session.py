@@ -2,7 +2,8 @@
 
 Jobs never build sessions themselves (a job is a pure transformation).
 Loopback only, UTC session time zone (so dates and keys mean the same
-instant everywhere), no UI, few shuffle partitions for small local runs.
+instant everywhere), no UI, few shuffle partitions for small local runs, the
+console progress bar only on a terminal.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def build_session(app_name: str = "spark-outbox", master: str | None = None, **c
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        # The stage progress bar redraws with carriage returns: on a terminal it
+        # is a progress bar, in a log file or a pipe it is noise.
+        .config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
     )
     for key, value in conf.items():
         builder = builder.config(key, value)
