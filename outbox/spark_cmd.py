@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dispatcher import db
+from dispatcher import db, endpoints
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox import output
@@ -87,6 +87,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
     url = database_url(settings)
+    _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
     try:
@@ -118,6 +119,28 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         spark.stop()
+
+
+def _check_endpoints(url: str) -> None:
+    """The example's endpoints must exist before it runs: the sink would keep every
+    effect naming an unregistered endpoint as a reject and commit the batch, and a
+    re-run of a committed batch is a replay that enqueues nothing."""
+    from spark_jobs.billing import EMAIL_ENDPOINT, WEBHOOK_ENDPOINT
+
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with db.translated(), engine.connect() as conn:
+            known = {e.name for e in endpoints.list_all(conn)}
+    finally:
+        engine.dispose()
+    missing = [name for name in (WEBHOOK_ENDPOINT, EMAIL_ENDPOINT) if name not in known]
+    if missing:
+        raise ConfigurationError(
+            f"the billing job's endpoint(s) {', '.join(missing)} are not registered; "
+            "add them first (`outbox endpoints add webhook billing-webhook --url ...`, "
+            "`outbox endpoints add email billing-email --smtp-host ...`): a batch run "
+            "without them would commit its effects as rejects"
+        )
 
 
 def _check_input(input_dir: Path, dates: list[str]) -> None:
