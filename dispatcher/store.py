@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import health
+from dispatcher import health, operations
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "store.sql")
@@ -43,6 +43,7 @@ ENGINE_OPTIONS: dict[str, Any] = {
         "enable_bitmapscan": "off",
         "enable_sort": "off",
         "synchronous_commit": "off",
+        "jit": "off",
     },
 }
 
@@ -171,6 +172,12 @@ def due_soon(engine: Engine, within_s: float) -> bool:
 def queue_stats(engine: Engine) -> health.QueueStats:
     with engine.connect() as conn:
         return health.queue_stats(conn)
+
+
+def auto_disable(engine: Engine, after_s: float) -> list[str]:
+    """Disable the endpoints failing continuously for ``after_s`` (docs/dispatcher.md)."""
+    with engine.begin() as conn:
+        return operations.auto_disable(conn, after_s)
 
 
 def heartbeat(engine: Engine, worker_id: str, in_flight: int, delivered: int, failed: int) -> None:
