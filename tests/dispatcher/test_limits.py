@@ -7,7 +7,8 @@ one second of tokens (burst ``b = max(1, r)``), so the claims of any window of
 receiver, a send arrives some time after its claim (the first ones open their
 connections; three workers, PostgreSQL and the receiver share two cores, with
 other tests running), so a window may also see sends claimed up to 500 ms
-before it: ``r/2`` more. (Without the shared budget, three workers send 3 r.) Checked for 1 s, 2 s and the whole run.
+before it: ``r/2`` more (without the shared budget, three workers send 3 r).
+Checked for 1 s, 2 s and the whole run.
 ``max_in_flight`` holds exactly: a send is in flight only while its effect is
 leased, and the claim counts leased effects under the budget row's lock.
 """
