@@ -32,26 +32,36 @@ WITH RECURSIVE present(endpoint) AS (
     ORDER BY random()
 ), due AS (
     -- A limited endpoint's budget row is locked before its share is computed, so
-    -- two dispatchers never spend the same tokens (the lock lasts one statement).
+    -- two dispatchers never spend the same tokens (the lock lasts one statement);
+    -- while another claim holds it, this claim skips the endpoint (share 0): a
+    -- claim never waits for a lock.
     SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
            e.id, e.idempotency_key, e.state
     FROM turns t
     LEFT JOIN LATERAL (
-        SELECT LEAST(GREATEST(1.0, t.rate_per_s),
-                     b.tokens + GREATEST(0.0, EXTRACT(EPOCH FROM clock_timestamp() - b.refilled_at))
-                                * t.rate_per_s) AS tokens,
-               b.in_flight, clock_timestamp() AS at
+        -- The bucket refilled to this moment (NULL without a rate limit), the room
+        -- under max_in_flight (NULL without one): the share is the least of them.
+        SELECT CASE WHEN t.rate_per_s IS NOT NULL THEN
+                   LEAST(GREATEST(1.0, t.rate_per_s),
+                         b.tokens + t.rate_per_s * GREATEST(0.0, EXTRACT(
+                             EPOCH FROM clock_timestamp() - b.refilled_at)))
+               END AS tokens,
+               t.max_in_flight - b.in_flight AS room,
+               clock_timestamp() AS at
         FROM endpoint_budgets b
         WHERE b.endpoint = t.endpoint AND t.limited
-        FOR UPDATE OF b
+        FOR UPDATE OF b SKIP LOCKED
     ) s ON true
     CROSS JOIN LATERAL (
         SELECT e.id, e.idempotency_key, e.state
         FROM due_effects e
         WHERE e.endpoint = t.endpoint
         ORDER BY e.next_attempt_at
+        -- (LEAST ignores NULLs: a limit the endpoint does not have.) No budget row
+        -- in hand (another claim holds it): no share this time.
         LIMIT CASE WHEN NOT t.limited THEN :limit
-                   ELSE COALESCE(LEAST(:limit, floor(s.tokens), t.max_in_flight - s.in_flight), 0)
+                   WHEN s.at IS NULL THEN 0
+                   ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
               END
         FOR UPDATE OF e SKIP LOCKED
     ) e

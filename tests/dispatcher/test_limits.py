@@ -148,3 +148,38 @@ def test_an_endpoint_out_of_tokens_does_not_hold_back_another_endpoints_effects(
     endpoints = sorted(c.endpoint for batch in taken for c in batch)
     # One token (refilled by a few ms at most) for the limited one, the free one's effect.
     assert endpoints == ["free", "limited"]
+
+
+def test_max_in_flight_alone_fills_its_room_and_a_lowered_one_stops_claims_without_error(
+    engine: Engine,
+) -> None:
+    insert_endpoint(engine, "narrow", max_in_flight=5)
+    insert_endpoint(engine, "free")
+    procs.enqueue_many(engine, 20, endpoint="narrow")
+    first = store.claim(engine, "w", 100, 30)
+    assert len(first) == 5  # its whole room at once (no rate limit: no token bucket)
+    with engine.begin() as conn:  # an operator lowers it below what is in flight
+        conn.execute(sa.text("UPDATE endpoints SET max_in_flight = 2"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+                " VALUES (repeat('e', 64), 'free', '{}', 'x')"
+            )
+        )
+    assert [c.endpoint for c in store.claim(engine, "w", 100, 30)] == ["free"]
+    _record(engine, first, "delivered")
+    assert len(store.claim(engine, "w", 100, 30)) == 2
+
+
+def test_a_claim_skips_a_limited_endpoint_whose_budget_another_claim_holds(
+    engine: Engine,
+) -> None:
+    insert_endpoint(engine, "limited", max_in_flight=10)
+    procs.enqueue_many(engine, 3, endpoint="limited")
+    with engine.connect() as other:
+        with other.begin():
+            other.execute(
+                sa.text("SELECT * FROM endpoint_budgets WHERE endpoint = 'limited' FOR UPDATE")
+            )
+            assert store.claim(engine, "w", 100, 30) == []  # no wait, no share
+        assert len(store.claim(engine, "w", 100, 30)) == 3
