@@ -157,11 +157,9 @@ WITH r AS (
     -- What all dispatchers share (endpoint_budgets): a delivery ends the failing
     -- streak and the rest; a failure extends the streak, and from the 5th in a row
     -- the endpoint rests (1 s, doubling, at most 60 s): no dispatcher claims for it.
-    -- Ended leases leave the max_in_flight count. A healthy endpoint without
-    -- max_in_flight writes nothing here (the hot path).
+    -- A healthy endpoint writes nothing here (the hot path), so a durable record
+    -- never holds a budget row that claims need (they would skip the endpoint).
     UPDATE endpoint_budgets b SET
-        in_flight = CASE WHEN s.counted THEN GREATEST(0, b.in_flight - s.ended)
-                         ELSE b.in_flight END,
         failures = CASE WHEN s.delivered > 0 THEN 0 ELSE b.failures + s.failed END,
         failing_since = CASE WHEN s.delivered > 0 THEN NULL
                              ELSE COALESCE(b.failing_since, s.first_failed_at) END,
@@ -170,14 +168,12 @@ WITH r AS (
             WHEN b.failures + s.failed >= 5
                 THEN now() + make_interval(secs => LEAST(60, 2 ^ LEAST(b.failures + s.failed - 5, 6)))
             ELSE b.resting_until END
-    FROM (SELECT u.endpoint, count(*) AS ended,
+    FROM (SELECT u.endpoint,
                  count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,
                  count(*) FILTER (WHERE u.outcome <> 'delivered') AS failed,
-                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at,
-                 bool_or(ep.max_in_flight IS NOT NULL) AS counted
-          FROM updated u LEFT JOIN endpoints ep ON ep.name = u.endpoint
-          GROUP BY u.endpoint) s
-    WHERE b.endpoint = s.endpoint AND (s.counted OR s.failed > 0 OR b.failures > 0)
+                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at
+          FROM updated u GROUP BY u.endpoint) s
+    WHERE b.endpoint = s.endpoint AND (s.failed > 0 OR b.failures > 0)
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
                                    duration_ms, outcome, status_code, error_class, error,
@@ -191,8 +187,23 @@ WITH r AS (
     WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
 )
 -- (tokens as text: the driver would parse every one into a uuid.UUID and back)
-SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
+-- (and, for a lease that ended on an endpoint with max_in_flight, its endpoint:
+-- store.record then takes it off the count, see leases_ended)
+SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u),
+       (SELECT u.endpoint FROM updated u JOIN endpoints ep ON ep.name = u.endpoint
+        WHERE u.id = r.id AND u.token = r.token AND ep.max_in_flight IS NOT NULL)
 FROM r;
+
+-- name: leases_ended
+-- Recorded leases leave their endpoint's max_in_flight count: right after the
+-- record's durable commit, in a statement of its own that commits at once
+-- (asynchronously), so the budget row a claim locks is held for microseconds,
+-- never for a WAL flush. (A crash between the two leaves the count high by that
+-- batch, holding the endpoint back, never letting it exceed its limit, until an
+-- operator changes its limits or resumes it, which recounts.)
+UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+FROM unnest(CAST(:endpoints AS text[]), CAST(:ended AS int[])) AS n(endpoint, ended)
+WHERE b.endpoint = n.endpoint;
 
 -- name: release
 -- Hand back leases of claimed-but-unsent effects (shutdown, a paused endpoint,
