@@ -1,15 +1,20 @@
 """Spark -> PostgreSQL: the atomic outbox sink vs Spark's JDBC append vs raw COPY.
 
-``python -m bench sink -- --rows 1000000``. The same rows (key, endpoint,
-recipient, ~230-byte JSON payload) go into the same indexed ``effects`` table
-three ways, one after another, on a fresh migrated database:
+``python -m bench sink`` (defaults: 1,000,000 rows; 2 and 4 partitions; on
+``local[N]`` with N = partitions, and on a private standalone cluster of two
+workers, N/2 cores each, started from the installed PySpark). The same rows
+(key, endpoint, recipient, ~230-byte JSON payload) go into the same indexed
+``effects`` table three ways, on a fresh migrated database, each after a
+TRUNCATE and a CHECKPOINT; within one configuration the three paths run in
+interleaved rounds (drift hits all alike) and the table shows medians and
+ratios to the JDBC append of the same configuration:
 
-- sink: ``OutboxSink.write`` end to end (executor COPY staging in chunks, merged
-  by the one commit transaction as they land, fenced by the batch marker),
-  atomic and replay-safe;
+- sink: ``OutboxSink.write`` end to end: executors insert effects straight
+  into the outbox (invisible), the one commit transaction makes them visible;
+  atomic, deduplicated, replay-safe;
 - jdbc: Spark's JDBC writer, append, ``reWriteBatchedInserts=true``, batchsize 10000
-  (each partition commits on its own: not atomic);
-- copy: one psycopg2 ``COPY`` of the same rows from a CSV file (the raw ceiling).
+  (each partition commits on its own: not atomic, no dedup);
+- copy: one psycopg2 ``COPY`` of the same rows from a CSV file (one stream, the raw path).
 """
 
 from __future__ import annotations
@@ -22,21 +27,28 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg2
 
 JAR = Path("/usr/share/java/postgresql.jar")
+Timed = tuple[float, str]
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench sink", description=__doc__)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="default: 1000000")
     parser.add_argument(
-        "--repeat", type=int, default=3, help="interleaved rounds; the table shows medians"
+        "--partitions", default="2,4", help="comma-separated partition counts (default: 2,4)"
+    )
+    parser.add_argument(
+        "--masters", default="local,cluster", help="local[N] and/or cluster (default: both)"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="interleaved rounds; medians shown (default: 3)"
     )
     args = parser.parse_args(argv)
     if not _ensure_jdbc_jar():
@@ -47,47 +59,86 @@ def main(argv: list[str]) -> int:
 
     server = database_url(Settings.from_env())
     url = _fresh_database(server)
+    print(f"load at start: {_uptime()}", flush=True)
+    table: list[str] = []
     try:
-        return _run(url, args)
+        for master in args.masters.split(","):
+            for partitions in (int(p) for p in args.partitions.split(",")):
+                table += _configuration(url, master, partitions, args)
     finally:
         _drop_database(server, url)
+    print(f"load at end: {_uptime()}")
+    print(
+        f"\n{args.rows:,} rows into the indexed effects table, median of {args.repeat} "
+        "interleaved round(s) per configuration"
+    )
+    print(
+        f"{'master':<10}{'parts':>6}  {'path':<22}{'seconds':>9}{'range':>13}{'rows/s':>10}"
+        f"{'vs jdbc':>9}  note"
+    )
+    print("\n".join(table))
+    return 0
 
 
-def _run(url: str, args: argparse.Namespace) -> int:
-    from spark_jobs.session import build_session
-
-    paths = {
+def _configuration(url: str, master: str, partitions: int, args: argparse.Namespace) -> list[str]:
+    paths: dict[str, Callable[[str, Any], Timed]] = {
         "sink (atomic)": _time_sink,
         "spark jdbc append": _time_jdbc,
         "raw COPY (1 stream)": _time_copy,
     }
-    runs: dict[str, list[tuple[float, str]]] = {name: [] for name in paths}
-    spark = build_session("bench-sink", args.master, **{"spark.jars": str(JAR)})
-    try:
-        rows = _rows(spark, args.rows, args.partitions)
+    runs: dict[str, list[Timed]] = {name: [] for name in paths}
+    with _session(master, partitions) as (spark, label):
+        rows = _rows(spark, args.rows, partitions)
         _register_endpoint(url)
         for round_ in range(1, args.repeat + 1):
             for name, time_path in paths.items():  # interleaved: drift hits every path alike
                 runs[name].append(time_path(url, rows))
-                print(f"round {round_}: {name}: {runs[name][-1][0]:.2f} s", flush=True)
-    finally:
-        spark.stop()
+                print(
+                    f"{label} x{partitions} round {round_}: {name}: {runs[name][-1][0]:.2f} s",
+                    flush=True,
+                )
+        rows.unpersist()
     median = {name: statistics.median(s for s, _ in results) for name, results in runs.items()}
     base = args.rows / median["spark jdbc append"]
-    print(
-        f"\n{args.rows:,} rows into the indexed effects table, {args.partitions} partitions, "
-        f"median of {args.repeat} interleaved round(s)"
-    )
-    print(f"{'path':<22}{'seconds':>9}{'range':>15}{'rows/s':>10}{'vs jdbc':>9}  note")
+    lines = []
     for name, results in runs.items():
         seconds = [s for s, _ in results]
         rate = args.rows / median[name]
         spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
-        print(
-            f"{name:<22}{median[name]:>9.2f}{spread:>15}{rate:>10,.0f}{rate / base:>9.2f}"
-            f"  {results[-1][1]}"
+        lines.append(
+            f"{label:<10}{partitions:>6}  {name:<22}{median[name]:>9.2f}{spread:>13}{rate:>10,.0f}"
+            f"{rate / base:>9.2f}  {results[-1][1]}"
         )
-    return 0
+    return lines
+
+
+@contextmanager
+def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
+    """A Spark session on local[partitions], or on a fresh two-worker standalone cluster."""
+    from spark_jobs.session import build_session
+
+    conf = {"spark.jars": str(JAR), "spark.ui.showConsoleProgress": "false"}
+    if master == "local":
+        spark = build_session("bench-sink", f"local[{partitions}]", **conf)
+        try:
+            yield spark, f"local[{partitions}]"
+        finally:
+            spark.stop()
+        return
+    from outbox.tools.sparkcluster import StandaloneCluster
+
+    work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    cores = max(1, partitions // 2)
+    try:
+        with StandaloneCluster(work, workers=2, cores=cores, memory="2g") as cluster:
+            conf |= {"spark.executor.memory": "1g", "spark.driver.extraClassPath": str(JAR)}
+            spark = build_session("bench-sink", cluster.master_url, **conf)
+            try:
+                yield spark, "cluster"
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _rows(spark: Any, n: int, partitions: int) -> Any:
@@ -121,7 +172,7 @@ def _time_sink(url: str, rows: Any) -> tuple[float, str]:
     from spark_jobs.sink import OutboxSink
 
     _truncate(url)
-    sink = OutboxSink(job="bench", database_url=url, path="executors")
+    sink = OutboxSink(job="bench", database_url=url)
     started = time.perf_counter()
     outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
     seconds = time.perf_counter() - started
@@ -129,9 +180,7 @@ def _time_sink(url: str, rows: Any) -> tuple[float, str]:
         cur.execute("SELECT duration_s FROM batches WHERE job = 'bench'")
         commit_s = cur.fetchone()[0]
     assert outcome.effects_new == rows.count(), outcome
-    return seconds, (
-        f"one transaction, open {commit_s:.2f} s (chunks merged while staging goes on)"
-    )
+    return seconds, f"atomic + dedup; the commit transaction open {commit_s:.2f} s"
 
 
 def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:
@@ -179,6 +228,10 @@ def _time_copy(url: str, rows: Any) -> tuple[float, str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
 def _ensure_jdbc_jar() -> bool:
     if not JAR.exists() and os.geteuid() == 0 and shutil.which("apt-get"):
         subprocess.run(
@@ -209,13 +262,17 @@ def _register_endpoint(url: str) -> None:
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
         cur.execute(
             "INSERT INTO endpoints (name, kind, url, signing_secret) "
-            "VALUES ('bench-hook', 'webhook', 'http://127.0.0.1:9/', 'whsec_YmVuY2g=')"
+            "VALUES ('bench-hook', 'webhook', 'http://127.0.0.1:9/', 'whsec_YmVuY2g=') "
+            "ON CONFLICT (name) DO NOTHING"
         )
 
 
 def _truncate(url: str) -> None:
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
-        cur.execute("TRUNCATE effects, batches, staged_effects, staged_results, batch_runs CASCADE")
+        cur.execute(
+            "TRUNCATE effects, batches, deferred_effects, staged_rejects, staged_results, "
+            "batch_runs CASCADE"
+        )
         cur.execute("CHECKPOINT")
 
 

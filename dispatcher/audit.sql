@@ -7,7 +7,7 @@ SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
        purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
-FROM effects
+FROM visible_effects
 WHERE idempotency_key = :key;
 
 -- name: attempts_of_effect
@@ -35,7 +35,7 @@ SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error, purged_at
-FROM effects
+FROM visible_effects
 WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
   AND (CAST(:until AS timestamptz) IS NULL OR created_at < :until)
   AND (CAST(:job AS text) IS NULL OR job = :job)
@@ -67,7 +67,7 @@ LIMIT :limit;
 
 -- name: batch_live_counts
 -- What the batch's effects are doing now (ix_effects_job_batch_id_created_at_id).
-SELECT state, count(*) AS n FROM effects
+SELECT state, count(*) AS n FROM visible_effects
 WHERE job = :job AND batch_id = :batch_id
 GROUP BY state;
 

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from dispatcher import wakeup
 from dispatcher.errors import UnknownEndpoint
+from dispatcher.schema import VISIBILITY_LOCK_ID
 from dispatcher.sqlfile import queries_beside
 from dispatcher.validation import (
     MAX_ORDERING_KEY_CHARS,
@@ -79,19 +80,17 @@ def enqueue(
     if kind == "email":
         recipient = check_email_effect(recipient, json.loads(data))
     digest = payload_sha256(data)
-    inserted = conn.execute(
-        _Q["insert_effect"],
-        {
-            "idempotency_key": idempotency_key,
-            "endpoint": endpoint,
-            "recipient": recipient,
-            "payload": data.decode("utf-8"),
-            "payload_sha256": digest,
-            "ordering_key": ordering_key,
-            "not_before": not_before,
-            "reference": reference,
-        },
-    ).first()
+    row = {
+        "idempotency_key": idempotency_key,
+        "endpoint": endpoint,
+        "recipient": recipient,
+        "payload": data.decode("utf-8"),
+        "payload_sha256": digest,
+        "ordering_key": ordering_key,
+        "not_before": not_before,
+        "reference": reference,
+    }
+    inserted = conn.execute(_Q["insert_effect"], row).first() or _take_over_invisible(conn, row)
     if inserted is not None:
         wakeup.notify(conn, "enqueued")
         return Enqueued(idempotency_key=idempotency_key, new=True, payload_mismatch=False)
@@ -103,3 +102,12 @@ def enqueue(
         new=False,
         payload_mismatch=stored is not None and stored != digest,
     )
+
+
+def _take_over_invisible(conn: Connection, row: Mapping[str, Any]) -> Any:
+    """The key is taken: by a visible effect (None: deduplicated), or by a row of
+    a run without a marker, which this effect takes over (the sink's trap)."""
+    if conn.execute(_Q["held_by_invisible"], row).first() is None:
+        return None  # visible rows stay visible: no lock needed to know
+    conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
+    return conn.execute(_Q["take_over_invisible"], row).first()

@@ -1,10 +1,10 @@
 -- name: counts_by_state
--- Effects per state (index-only on ix_effects_state_created_at_id once vacuumed).
-SELECT state, count(*) AS n FROM effects GROUP BY state;
+-- Visible effects per state (ix_effects_state_created_at_id, plus the marker probe).
+SELECT state, count(*) AS n FROM visible_effects GROUP BY state;
 
 -- name: queue_counts
 -- The unfinished states only, for /metrics on every scrape: small when the queue drains.
-SELECT state, count(*) AS n FROM effects
+SELECT state, count(*) AS n FROM visible_effects
 WHERE state IN ('pending', 'leased', 'dead')
 GROUP BY state;
 
@@ -41,7 +41,7 @@ SELECT ep.name, ep.kind, ep.enabled, ep.paused_reason, ep.paused_at,
 FROM endpoints ep
 LEFT JOIN LATERAL (
     WITH recent_effects AS (
-        SELECT f.id FROM effects f
+        SELECT f.id FROM visible_effects f
         WHERE f.endpoint = ep.name
         ORDER BY f.created_at DESC, f.id DESC
         LIMIT 200

@@ -8,23 +8,24 @@ WHERE idempotency_key = :key AND state = 'dead' AND purged_at IS NULL
 RETURNING id;
 
 -- name: cancel_pending
--- Only a pending effect can be cancelled: a leased one is being sent right now.
+-- Only a pending effect can be cancelled: a leased one is being sent right now,
+-- and an invisible one (its run has not committed) does not exist yet.
 UPDATE effects
 SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     updated_at = now()
-WHERE idempotency_key = :key AND state = 'pending'
+WHERE id = (SELECT id FROM visible_effects WHERE idempotency_key = :key AND state = 'pending')
 RETURNING id;
 
 -- name: effect_state
 -- Why a transition did not apply: the effect's current state, if it exists.
 SELECT CASE WHEN purged_at IS NULL THEN state ELSE state || ' and purged' END
-FROM effects WHERE idempotency_key = :key;
+FROM visible_effects WHERE idempotency_key = :key;
 
 -- name: count_dead_matching
 -- The bulk requeue's dry run: how many dead effects the filter matches, counted
 -- up to cap + 1 so that a huge match costs no more than the cap.
 SELECT count(*) FROM (
-    SELECT 1 FROM effects
+    SELECT 1 FROM visible_effects
     WHERE state = 'dead' AND created_at >= :since AND created_at < :until
       AND purged_at IS NULL
       AND (CAST(:job AS text) IS NULL OR job = :job)

@@ -13,6 +13,6 @@ SELECT CASE WHEN e.purged_at IS NOT NULL THEN 'purged' ELSE e.state END AS state
                                AND k.state = 'delivered')
        ) AS unrecorded,
        COALESCE(sum(e.attempt_count), 0) AS attempts
-FROM effects e
+FROM visible_effects e
 WHERE e.job = :job AND e.batch_id = :batch_id
 GROUP BY 1;

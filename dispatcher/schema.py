@@ -6,7 +6,7 @@ next to the code that runs it; these tables give it names and types.
 
 Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 (``leased``), then *delivered*, *retried* (back to ``pending`` with a later
-``next_attempt_at``), *dead* or *cancelled*. A batch is *staged*, then
+``next_attempt_at``), *dead* or *cancelled*. A batch is *written* by a run, then
 *committed* (its row in ``batches`` is the commit marker).
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
@@ -35,6 +35,11 @@ ENDPOINT_KINDS = ("webhook", "email")
 ROLES = ("support", "operator")
 
 NOW = sa.text("now()")
+
+# The transaction advisory lock that serialises the final step of the sink's
+# commits (and an enqueue that takes over an invisible row): while one holds it,
+# no other run's marker commits, so "invisible" cannot turn "visible" mid-decision.
+VISIBILITY_LOCK_ID = 0x6F7574626F78  # "outbox"
 
 
 def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> sa.Column[object]:
@@ -138,6 +143,9 @@ batches = sa.Table(
     sa.Column("rejects", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("duration_s", sa.Float),
     sa.UniqueConstraint("job", "batch_id"),
+    # An effect written by a run is visible once that run's marker exists
+    # (the visible_effects view looks the marker up by run_id).
+    sa.UniqueConstraint("run_id"),
     sa.Index(None, "job", "committed_at"),
 )
 
@@ -151,6 +159,9 @@ effects = sa.Table(
     sa.Column("idempotency_key", sa.Text, nullable=False),
     sa.Column("job", sa.Text),  # NULL for effects enqueued outside Spark
     sa.Column("batch_id", sa.Text),
+    # The sink's run that wrote the row (NULL for enqueue): the row is visible
+    # only once that run's marker exists (migration 1201, view visible_effects).
+    sa.Column("run_id", pg.UUID(as_uuid=True)),
     sa.Column("endpoint", sa.Text, nullable=False),
     sa.Column("recipient", sa.Text),
     sa.Column("payload", pg.JSONB, nullable=False),
@@ -336,60 +347,54 @@ worker_heartbeats = sa.Table(
     _ts("stopped_at"),
 )
 
-# Staging for the batch commit: UNLOGGED (re-creatable, no WAL), tagged with the
-# run, the Spark task and the chunk that wrote them, indexed by that
-# tag only (the commit merges one chunk at a time while executors still stage).
-staged_effects = sa.Table(
-    "staged_effects",
+# Effects a run met already written by another run that had no marker (dead, or
+# still in flight): kept whole, never swallowed. The run's commit takes each
+# over if its owner still has no marker, or counts it deduplicated if it has.
+deferred_effects = sa.Table(
+    "deferred_effects",
     metadata,
     sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
-    # The Spark task that staged the row (each try of a task has its own id): the
-    # commit reads only rows of the tasks that succeeded, so a retried task's
-    # leftovers are never merged.
-    sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
-    sa.Column("idempotency_key", sa.Text),
-    sa.Column("endpoint", sa.Text),
+    # The Spark task that met the key: the commit reads only the succeeded tasks'.
+    sa.Column("task_id", sa.BigInteger, nullable=False),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("endpoint", sa.Text, nullable=False),
     sa.Column("recipient", sa.Text),
-    # Canonical JSON from the executor, parsed by the staging COPY (migration 0002).
-    sa.Column("payload", pg.JSONB),
-    sa.Column("payload_sha256", sa.Text),  # of the canonical bytes, as enqueue() computes it
+    sa.Column("payload", pg.JSONB, nullable=False),
+    sa.Column("payload_sha256", sa.Text, nullable=False),
     sa.Column("ordering_key", sa.Text),
+    sa.Column("reference", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
-    sa.Column("reject_reason", sa.Text),  # set by the executor when the row breaks the contract
-    sa.Column("raw_row", sa.Text),  # the rejected row as JSON text (NULL for valid rows)
-    sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
-    sa.Index(None, "run_id", "task_id", "chunk"),
-    prefixes=["UNLOGGED"],
+    sa.Index(None, "run_id"),
 )
 
-# Result rows of any results table, as jsonb, applied with jsonb_populate_record.
+# Staging for what still goes through the commit transaction: result rows (they
+# go into the user's table) and rejects. UNLOGGED (re-creatable, no WAL), tagged
+# with the run and the Spark task that wrote them: the commit reads only rows
+# of the tasks Spark saw succeed, so a retried task's leftovers are never used.
 staged_results = sa.Table(
     "staged_results",
     metadata,
     sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
-    sa.Column("task_id", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("task_id", sa.BigInteger, nullable=False),
     sa.Column("row", pg.JSONB, nullable=False),
-    sa.Column("chunk", sa.Integer, nullable=False, server_default="0"),
-    sa.Index(None, "run_id", "task_id", "chunk"),
+    sa.Index(None, "run_id", "task_id"),
     prefixes=["UNLOGGED"],
 )
 
-# One row per chunk an executor committed to staging, written in the chunk's own
-# transaction: the commit transaction polls it to merge chunks as they land.
-staged_chunks = sa.Table(
-    "staged_chunks",
+staged_rejects = sa.Table(
+    "staged_rejects",
     metadata,
     sa.Column("run_id", pg.UUID(as_uuid=True), nullable=False),
-    sa.Column("kind", sa.Text, nullable=False),  # "effects" | "results"
     sa.Column("task_id", sa.BigInteger, nullable=False),
-    sa.Column("chunk", sa.Integer, nullable=False),
-    sa.Column("rows", sa.BigInteger, nullable=False),
-    sa.PrimaryKeyConstraint("run_id", "kind", "task_id", "chunk"),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("raw_row", pg.JSONB, nullable=False),
+    sa.Index(None, "run_id", "task_id"),
     prefixes=["UNLOGGED"],
 )
 
-# Runs that began staging: one sink try at committing a batch. A row left here
-# long after is an abandoned run.
+# Runs that began writing: one sink try at committing a batch. The commit deletes
+# its run's row; a row left here is a run in flight or dead. The sweeper sets
+# swept_at before deleting a dead run's rows, which fences that run's commit.
 batch_runs = sa.Table(
     "batch_runs",
     metadata,
@@ -397,4 +402,5 @@ batch_runs = sa.Table(
     sa.Column("job", sa.Text, nullable=False),
     sa.Column("batch_id", sa.Text, nullable=False),
     _ts("started_at", nullable=False, default_now=True),
+    _ts("swept_at"),
 )

@@ -15,6 +15,7 @@ from dispatcher import admin, operations
 from dispatcher.durations import describe_s, parse_duration_s
 from dispatcher.errors import ConfigurationError, InvalidRequest
 from dispatcher.settings import Settings
+from outbox import output
 from outbox.database import cli_actor, engine_for
 
 CLEAR = "none"
@@ -107,7 +108,7 @@ def update(args: argparse.Namespace, settings: Settings) -> int:
             )
     finally:
         engine.dispose()
-    print(json.dumps(ep.public(), default=str))
+    print(output.dumps(ep.public()))
     return 0
 
 
@@ -170,7 +171,11 @@ def recover(args: argparse.Namespace, settings: Settings) -> int:
             )
     finally:
         engine.dispose()
-    verb = "would requeue" if done.dry_run else "requeued"
-    count = done.matched if done.dry_run else done.requeued
-    print(f"{verb} {count} dead effect(s) of {args.name} that died since {since.isoformat()}")
+    died = f"dead effect(s) of {args.name} that died since {output.cell(since)}"
+    if not done.dry_run:
+        print(f"requeued {done.requeued} {died}")
+    elif done.matched > done.cap:  # counted up to cap + 1: the true number is unknown
+        print(f"more than {done.cap} {died}: a requeue would be refused; raise --cap")
+    else:
+        print(f"would requeue {done.matched} {died}")
     return 0

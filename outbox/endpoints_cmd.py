@@ -14,7 +14,6 @@ to every user; ``--secret VALUE`` still works for old scripts and says so.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from urllib.parse import urlsplit
 from dispatcher import admin, endpoints, operations, ssrf
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
-from outbox import endpoints_change_cmd
+from outbox import endpoints_change_cmd, output
 from outbox.database import cli_actor, engine_for
 from outbox.endpoints_change_cmd import schedule
 
@@ -128,10 +127,10 @@ def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = Non
     if secret is not None:
         data["signing_secret"] = secret
     if as_json:
-        print(json.dumps(data, default=str))
+        print(output.dumps(data))
         return
     for name, value in data.items():
-        print(f"{name:18} {value}")
+        print(f"{name:18} {output.cell(value)}")
     if secret is not None:
         print("\nKeep the signing secret now: it is not shown again.")
 
@@ -152,7 +151,14 @@ def _secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
 
 
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
-    given = _secret("--secret", args.secret_stdin, args.secret_env) or args.secret
+    given = _secret("--secret", args.secret_stdin, args.secret_env)
+    if given is None and args.secret is not None:
+        if not args.secret.strip():
+            raise ConfigurationError(
+                "--secret: empty (an unset shell variable?); give whsec_..., "
+                "or leave the option out and a secret is generated"
+            )
+        given = args.secret
     engine = engine_for(settings)
     try:
         with engine.begin() as conn:
@@ -230,7 +236,7 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         engine.dispose()
     if args.json:
-        print(json.dumps([e.public() for e in found], default=str))
+        print(output.dumps([e.public() for e in found]))
         return 0
     for e in found:
         state = "enabled" if e.enabled else f"paused ({e.paused_reason})"

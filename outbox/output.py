@@ -29,7 +29,17 @@ def cell(value: object) -> str:
 
 def compact(value: object) -> str:
     """JSON on one line, as stored (not Python's repr)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=plain)
+
+
+def plain(value: object) -> str:
+    """``json.dumps``'s ``default`` for the CLI: instants as ``iso``, the rest as text."""
+    return iso(value) if isinstance(value, dt.datetime) else str(value)
+
+
+def dumps(value: object) -> str:
+    """JSON for a command's ``--json`` output (instants in the one format)."""
+    return json.dumps(value, default=plain)
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

@@ -4,12 +4,12 @@ each difference explained; exit 1 when anything is unexplained (dispatcher/recon
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from dispatcher import reconcile
 from dispatcher.settings import Settings
+from outbox import output
 from outbox.database import engine_for
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"no committed batch of job {args.job!r}", file=sys.stderr)
     for r in found:
         if args.json:
-            print(json.dumps(reconcile.as_dict(r), default=str))
+            print(output.dumps(reconcile.as_dict(r)))
         else:
             print("\n".join(render(r)))
     return 1 if any(r.unexplained for r in found) else 0

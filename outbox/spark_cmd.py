@@ -11,9 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dispatcher import db
+from dispatcher import db, endpoints
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
+from outbox import output
 from outbox.database import database_url
 
 
@@ -46,7 +47,10 @@ def register(sub: Any) -> None:
         type=Path,
         help="stream mode: checkpoint directory (default: none, required in stream mode)",
     )
-    run.add_argument("--master", help="Spark master URL (default local[2])")
+    run.add_argument(
+        "--master",
+        help="Spark master URL, e.g. spark://host:7077 (default: spark-submit's, else local[2])",
+    )
     run.add_argument(
         "--available-now",
         "--until-idle",
@@ -54,12 +58,6 @@ def register(sub: Any) -> None:
         help="stream mode: process what is there, then stop",
     )
     run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
-    run.add_argument(
-        "--staging",
-        choices=["auto", "executors", "driver"],
-        default="auto",
-        help="batch mode: stage on executors, through the driver, or by size (auto)",
-    )
     run.set_defaults(handler=run_job)
 
 
@@ -89,13 +87,14 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
     url = database_url(settings)
+    _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
     try:
         if args.mode == "batch":
             for date in args.date:
-                outcome = billing_run.run_batch(spark, args.input, date, url, path=args.staging)
-                print(json.dumps(outcome, default=str), flush=True)
+                outcome = billing_run.run_batch(spark, args.input, date, url)
+                print(output.dumps(outcome), flush=True)
             return 0
         queries = billing_run.start_stream(
             spark,
@@ -120,6 +119,28 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         spark.stop()
+
+
+def _check_endpoints(url: str) -> None:
+    """The example's endpoints must exist before it runs: the sink would keep every
+    effect naming an unregistered endpoint as a reject and commit the batch, and a
+    re-run of a committed batch is a replay that enqueues nothing."""
+    from spark_jobs.billing import EMAIL_ENDPOINT, WEBHOOK_ENDPOINT
+
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with db.translated(), engine.connect() as conn:
+            known = {e.name for e in endpoints.list_all(conn)}
+    finally:
+        engine.dispose()
+    missing = [name for name in (WEBHOOK_ENDPOINT, EMAIL_ENDPOINT) if name not in known]
+    if missing:
+        raise ConfigurationError(
+            f"the billing job's endpoint(s) {', '.join(missing)} are not registered; "
+            "add them first (`outbox endpoints add webhook billing-webhook --url ...`, "
+            "`outbox endpoints add email billing-email --smtp-host ...`): a batch run "
+            "without them would commit its effects as rejects"
+        )
 
 
 def _check_input(input_dir: Path, dates: list[str]) -> None:

@@ -117,7 +117,7 @@ def invoice_effects(invoice_rows: Any) -> Any:
     from pyspark.sql import functions as F
 
     schema = invoice_rows.schema
-    fields = [
+    fields: list[Any] = [
         F.lit("invoice.created").alias("type"),
         "invoice_id",
         "customer_id",
@@ -135,6 +135,7 @@ def invoice_effects(invoice_rows: Any) -> Any:
         F.lit(None).cast("string").alias("recipient"),
         F.to_json(F.struct(*fields)).alias("payload"),
         F.col("customer_id").alias("ordering_key"),
+        F.col("invoice_id").alias("reference"),
         F.lit(None).cast("string").alias("reject_reason"),
     )
     subject = F.concat(F.lit("Your invoice for "), F.col("invoice_date").cast("string"))
@@ -155,6 +156,7 @@ def invoice_effects(invoice_rows: Any) -> Any:
         F.col("customer_email").alias("recipient"),
         F.to_json(F.struct(subject.alias("subject"), body.alias("text"), *fields)).alias("payload"),
         F.col("customer_id").alias("ordering_key"),
+        F.col("invoice_id").alias("reference"),
         F.when(
             F.col("customer_email").isNull(),
             F.concat(

@@ -39,9 +39,9 @@ def run_batch(
     from pyspark.sql import functions as F
 
     sink = batch_sink(database_url, **sink_options)
-    replay = sink.replay_of(date)
-    if replay is not None:  # committed before: skip without reading anything
-        return dataclasses.asdict(replay)
+    replayed = sink.replayed(date)
+    if replayed is not None:  # committed before: skip without reading anything
+        return dataclasses.asdict(replayed)
     path = batch_input(input_dir, date)
     raw = spark.read.schema(billing.EVENT_SCHEMA).json(str(path)).persist()
     try:
@@ -111,7 +111,7 @@ def start_stream(
         writer = (
             frame.writeStream.outputMode(mode)
             .option("checkpointLocation", str(checkpoint / name))
-            .foreachBatch(sink.foreach_batch(derive, _query_id(checkpoint / name)))
+            .foreachBatch(sink.foreach_batch(derive))
         )
         writer = (
             writer.trigger(availableNow=True)
@@ -120,13 +120,3 @@ def start_stream(
         )
         queries.append(writer.queryName(f"billing-{name}").start())
     return queries
-
-
-def _query_id(checkpoint: Path) -> Any:
-    """The query id Spark keeps in the checkpoint: stable across restarts, new per checkpoint."""
-    import json
-
-    def read() -> str:
-        return str(json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"])
-
-    return read

@@ -1,5 +1,5 @@
--- Every statement that reads staging takes :chunk: NULL for all chunks of the
--- given Spark tasks (the sequential merge), or the one chunk being merged.
+-- The driver's statements: the replay check, the run's registration, the ONE
+-- commit transaction (its steps in order), and the sweeper.
 
 -- name: read_marker
 -- The replay check, and how an unknown COMMIT outcome is resolved: the marker says.
@@ -7,115 +7,103 @@ SELECT run_id, result_rows, effects_total, effects_new, effects_deduplicated,
        payload_mismatches, rejects
 FROM batches WHERE job = :job AND batch_id = :batch_id;
 
+-- name: endpoint_kinds
+-- Read once per batch and handed to the executors: unknown endpoints are rejects,
+-- e-mail endpoints get the e-mail contract check.
+SELECT name, kind FROM endpoints;
+
 -- name: begin_run
--- Registers the run before it stages anything, so its rows can be swept if it dies.
+-- Registers the run before it writes anything, so its rows can be swept if it dies.
 INSERT INTO batch_runs (run_id, job, batch_id) VALUES (:run_id, :job, :batch_id);
 
--- name: abandoned_runs
--- Runs whose batch another run committed, or that are older than the grace period.
-SELECT a.run_id FROM batch_runs a
-WHERE a.started_at < now() - make_interval(secs => :grace_s)
-   OR EXISTS (SELECT 1 FROM batches b WHERE b.job = a.job AND b.batch_id = a.batch_id);
-
--- name: delete_staged_effects
-DELETE FROM staged_effects WHERE run_id = ANY(CAST(:run_ids AS uuid[]));
-
--- name: delete_staged_results
-DELETE FROM staged_results WHERE run_id = ANY(CAST(:run_ids AS uuid[]));
-
--- name: delete_staged_chunks
-DELETE FROM staged_chunks WHERE run_id = ANY(CAST(:run_ids AS uuid[]));
-
--- name: staged_chunks
--- The chunks executors have committed so far; the commit merges each once.
-SELECT kind, task_id, chunk, rows FROM staged_chunks WHERE run_id = :run_id;
-
--- name: delete_runs
-DELETE FROM batch_runs WHERE run_id = ANY(CAST(:run_ids AS uuid[]));
+-- name: claim_run
+-- First in the commit: a run the sweeper has begun to sweep can no longer commit,
+-- and once this row is gone (at COMMIT) the sweeper no longer touches the run.
+DELETE FROM batch_runs WHERE run_id = :run_id AND swept_at IS NULL RETURNING run_id;
 
 -- name: insert_marker
--- The fence: first in the transaction, so a racing run waits on the unique
--- index and then finds the conflict; nothing is returned when another run won.
+-- The fence: a racing run waits on the unique index and then finds the conflict;
+-- nothing is returned when another run won. Committed, it makes the run's
+-- effects visible (the visible_effects view looks markers up by run_id).
 INSERT INTO batches (job, batch_id, run_id, spark_app_id)
 VALUES (:job, :batch_id, :run_id, :spark_app_id)
 ON CONFLICT (job, batch_id) DO NOTHING
 RETURNING id;
 
+-- name: count_staged
+-- What the succeeded tasks reported must all be here (UNLOGGED staging is lost on
+-- a server crash; a swept run has none), or the commit rolls back.
+SELECT (SELECT count(*) FROM staged_results
+        WHERE run_id = :run_id AND task_id = ANY(:result_tasks)) AS results,
+       (SELECT count(*) FROM staged_rejects
+        WHERE run_id = :run_id AND task_id = ANY(:effect_tasks)) AS rejects,
+       (SELECT count(*) FROM deferred_effects
+        WHERE run_id = :run_id AND task_id = ANY(:effect_tasks)) AS deferred;
+
 -- name: first_reject_reasons
 -- For on_invalid="fail": what to tell the person who wrote the job.
-SELECT COALESCE(s.reject_reason,
-                format('endpoint: no endpoint named %L is registered; register it first '
-                       'with `outbox endpoints add` or fix the name', s.endpoint)) AS reason
-FROM staged_effects s
-WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
-  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
-  AND (s.reject_reason IS NOT NULL
-       OR NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint))
-LIMIT :limit;
+SELECT reason FROM staged_rejects
+WHERE run_id = :run_id AND task_id = ANY(:task_ids)
+ORDER BY reason LIMIT :limit;
 
 -- name: move_rejects
--- Rows that broke the contract (reason set by the executor) or name an unknown
--- endpoint: kept with their reason in the same commit, never dropped.
+-- Rows that broke the contract, kept with their reason in the same commit, never dropped.
 INSERT INTO rejects (job, batch_id, run_id, reason, raw_row)
-SELECT :job, :batch_id, s.run_id,
-       COALESCE(s.reject_reason,
-                format('endpoint: no endpoint named %L is registered; register it first '
-                       'with `outbox endpoints add` or fix the name', s.endpoint)),
-       COALESCE(CAST(s.raw_row AS jsonb),
-                jsonb_build_object('idempotency_key', s.idempotency_key, 'endpoint', s.endpoint,
-                                   'recipient', s.recipient, 'payload', s.payload,
-                                   'ordering_key', s.ordering_key, 'not_before', s.not_before))
-FROM staged_effects s
-WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
-  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
-  AND (s.reject_reason IS NOT NULL
-       OR NOT EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint));
+SELECT :job, :batch_id, s.run_id, s.reason, s.raw_row
+FROM staged_rejects s
+WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids);
 
--- name: insert_effects
--- The set-based merge: valid rows of the successful Spark tasks, first writer
--- wins; a key already delivered and purged (key_ledger) is never enqueued again.
--- No ORDER BY: a million staged rows overflow work_mem and the sort spills to
--- disk; measured at 1M rows, the sorted merge was ~4.5 s slower, not faster.
-WITH valid AS (
-    SELECT s.* FROM staged_effects s
-    WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
-      AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
-      AND s.reject_reason IS NULL
-      AND EXISTS (SELECT 1 FROM endpoints e WHERE e.name = s.endpoint)
-), inserted AS (
-    INSERT INTO effects (idempotency_key, job, batch_id, endpoint, recipient, payload,
-                         payload_sha256, ordering_key, next_attempt_at)
-    SELECT v.idempotency_key, :job, :batch_id, v.endpoint, v.recipient,
-           v.payload, v.payload_sha256, v.ordering_key,
-           COALESCE(v.not_before, now())
-    FROM valid v
-    WHERE NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = v.idempotency_key)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM valid) AS total, (SELECT count(*) FROM inserted) AS new;
+-- name: take_visibility_lock
+-- Serialises the final step of commits (and enqueue's take-over): while it is
+-- held no other marker commits, so "invisible" cannot turn "visible" mid-decision.
+SELECT pg_advisory_xact_lock(:lock_id);
 
--- name: count_payload_mismatches
--- Run only when some rows were deduplicated. After the insert, a staged row whose
--- key is stored with another hash (earlier batch, enqueue(), the ledger, or a
--- twin in this batch) is a mismatch: the stored payload won, this one was not kept.
-SELECT count(*) FROM staged_effects s
-WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
-  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk) AND s.reject_reason IS NULL
-  AND (EXISTS (SELECT 1 FROM effects e WHERE e.idempotency_key = s.idempotency_key
-                                         AND e.payload_sha256 <> s.payload_sha256)
-       OR EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = s.idempotency_key
-                                              AND l.payload_sha256 <> s.payload_sha256
-                                              AND NOT EXISTS (SELECT 1 FROM effects e
-                                                  WHERE e.idempotency_key = s.idempotency_key)));
+-- name: take_over_deferred
+-- Deferred keys whose row still belongs to a run without a marker (or is gone)
+-- become this run's: never swallowed by a run that may never commit. Keys held
+-- by a visible effect are left alone (deduplicated), as are keys in the ledger.
+INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
+                     payload_sha256, ordering_key, reference, next_attempt_at)
+SELECT DISTINCT ON (d.idempotency_key)
+       d.idempotency_key, :job, :batch_id, d.run_id, d.endpoint, d.recipient, d.payload,
+       d.payload_sha256, d.ordering_key, d.reference, COALESCE(d.not_before, now())
+FROM deferred_effects d
+WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
+  AND NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = d.idempotency_key)
+ORDER BY d.idempotency_key, d.task_id
+ON CONFLICT (idempotency_key) DO UPDATE
+SET job = EXCLUDED.job, batch_id = EXCLUDED.batch_id, run_id = EXCLUDED.run_id,
+    endpoint = EXCLUDED.endpoint, recipient = EXCLUDED.recipient, payload = EXCLUDED.payload,
+    payload_sha256 = EXCLUDED.payload_sha256, ordering_key = EXCLUDED.ordering_key,
+    reference = EXCLUDED.reference, next_attempt_at = EXCLUDED.next_attempt_at,
+    created_at = now(), updated_at = now()
+WHERE effects.run_id IS DISTINCT FROM EXCLUDED.run_id
+  AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = effects.id);
 
--- name: count_staged
--- Fences the abandoned-run sweeper: the merge must see every row the driver
--- knows its tasks staged, or it rolls back.
-SELECT (SELECT count(*) FROM staged_effects
-        WHERE run_id = :run_id AND task_id = ANY(:task_ids)) AS effects,
-       (SELECT count(*) FROM staged_results
-        WHERE run_id = :run_id AND task_id = ANY(:task_ids)) AS results;
+-- name: count_deferred_mismatches
+-- After the take-over: deferred keys that a visible effect of someone else kept,
+-- with another payload (or the ledger's, when the effect was purged).
+SELECT count(*) FROM (
+    SELECT DISTINCT ON (d.idempotency_key) d.idempotency_key, d.payload_sha256
+    FROM deferred_effects d
+    WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
+    ORDER BY d.idempotency_key, d.task_id
+) d
+WHERE EXISTS (SELECT 1 FROM visible_effects v
+              WHERE v.idempotency_key = d.idempotency_key
+                AND v.run_id IS DISTINCT FROM :run_id
+                AND v.payload_sha256 <> d.payload_sha256)
+   OR EXISTS (SELECT 1 FROM key_ledger l
+              WHERE l.idempotency_key = d.idempotency_key
+                AND l.payload_sha256 <> d.payload_sha256
+                AND NOT EXISTS (SELECT 1 FROM effects e
+                                WHERE e.idempotency_key = d.idempotency_key));
+
+-- name: count_own_effects
+-- The batch's new effects: the rows this run owns after the take-over
+-- (ix_effects_job_batch_id_created_at_id: the rows of this batch).
+SELECT count(*) FROM effects
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id;
 
 -- name: results_columns
 -- The results table's columns: result rows are applied by name, so names are checked.
@@ -125,11 +113,11 @@ WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped;
 -- name: apply_results_template
 -- Template (identifiers quoted by the driver after checking them against the
 -- catalog): works for any results table, rows applied with jsonb_populate_record.
+-- Results go into the user's table, so they are merged here, in the commit.
 INSERT INTO {table} ({columns})
 SELECT {record_columns}
 FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
 WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
-  AND (CAST(:chunk AS integer) IS NULL OR s.chunk = :chunk)
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
 -- name: finish_marker
@@ -138,3 +126,38 @@ SET result_rows = :result_rows, effects_total = :effects_total, effects_new = :e
     effects_deduplicated = :effects_deduplicated, payload_mismatches = :payload_mismatches,
     rejects = :rejects, duration_s = :duration_s
 WHERE job = :job AND batch_id = :batch_id;
+
+-- name: delete_staging
+-- The run's staging, deferred and staged rows alike, once they are used (or swept).
+WITH r AS (DELETE FROM staged_results WHERE run_id = ANY(CAST(:run_ids AS uuid[]))),
+     j AS (DELETE FROM staged_rejects WHERE run_id = ANY(CAST(:run_ids AS uuid[])))
+DELETE FROM deferred_effects WHERE run_id = ANY(CAST(:run_ids AS uuid[]));
+
+-- name: runs_to_sweep
+-- Runs that can never commit: another run committed their batch, or they are
+-- older than the grace period. swept_at fences their commit (claim_run).
+UPDATE batch_runs a SET swept_at = now()
+WHERE a.swept_at IS NULL
+  AND (a.started_at < now() - make_interval(secs => :grace_s)
+       OR EXISTS (SELECT 1 FROM batches b
+                  WHERE b.job = a.job AND b.batch_id = a.batch_id AND b.run_id <> a.run_id));
+
+-- name: mark_swept
+-- A run that failed before its commit: swept at once.
+UPDATE batch_runs SET swept_at = now() WHERE run_id = :run_id AND swept_at IS NULL;
+
+-- name: swept_runs
+-- Runs whose sweep has begun (this sweeper's, or one that died halfway).
+SELECT run_id, job, batch_id FROM batch_runs WHERE swept_at IS NOT NULL LIMIT :limit;
+
+-- name: delete_run_effects
+-- A swept run's effect rows, a small batch at a time, found through the batch's
+-- index (ix_effects_job_batch_id_created_at_id); never a row with a marker.
+DELETE FROM effects WHERE id IN (
+    SELECT e.id FROM effects e
+    WHERE e.job = :job AND e.batch_id = :batch_id AND e.run_id = :run_id
+      AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = e.id)
+    LIMIT :limit);
+
+-- name: delete_run
+DELETE FROM batch_runs WHERE run_id = :run_id AND swept_at IS NOT NULL;

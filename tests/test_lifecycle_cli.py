@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 
 import pytest
 import sqlalchemy as sa
@@ -45,11 +46,16 @@ def test_endpoint_lifecycle_from_the_command_line(
     with engine.begin() as conn:
         dead = add_effect(conn, "d", endpoint="hook")
         add_attempt(conn, dead, "dead", status_code=500)
+        second = add_effect(conn, "e", endpoint="hook")
+        add_attempt(conn, second, "dead", status_code=500)
     recover = ["endpoints", "recover", "hook", "--since", "1d", "--reason", "back up"]
+    assert _cli(db_url, *recover, "--dry-run", "--cap", "1") == 0  # counted up to cap + 1
+    assert capsys.readouterr().out.startswith("more than 1 dead effect(s) of hook")
     assert _cli(db_url, *recover, "--dry-run") == 0
-    assert capsys.readouterr().out.startswith("would requeue 1 dead effect")
+    out = capsys.readouterr().out
+    assert out.startswith("would requeue 2 dead effect") and re.search(r"since \S+Z$", out)
     assert _cli(db_url, *recover) == 0
-    assert capsys.readouterr().out.startswith("requeued 1 dead effect")
+    assert capsys.readouterr().out.startswith("requeued 2 dead effect")
     me = f"cli:{getpass.getuser()}"
     assert _actions(engine) == [
         (me, "create_endpoint", "hook"),

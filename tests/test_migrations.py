@@ -94,15 +94,15 @@ def test_staging_tables_are_unlogged(engine: sa.Engine) -> None:
             conn.execute(
                 sa.text(
                     "SELECT relname, relpersistence FROM pg_class "
-                    "WHERE relname IN ('staged_effects', 'staged_results', 'staged_chunks', "
+                    "WHERE relname IN ('staged_rejects', 'staged_results', 'deferred_effects', "
                     "'effects')"
                 )
             ).all()
         )
     assert rows == {
-        "staged_effects": "u",
+        "staged_rejects": "u",
         "staged_results": "u",
-        "staged_chunks": "u",
+        "deferred_effects": "p",  # losing one would lose an effect: logged
         "effects": "p",
     }
 

@@ -14,13 +14,14 @@
 - ``ix_effects_ordering``: unfinished effects that carry an ordering key, by
   ``(endpoint, ordering_key, created_at, id)``: the predecessor probe of the
   ordering rule. Rows without an ordering key never enter it.
-- ``claimable_effects`` gains the ordering rule: on an ordered endpoint an
+- ``claimable_effects`` (revision 1201's, on ``visible_effects``) gains the
+  ordering rule, re-created in place: on an ordered endpoint an
   effect waits while an earlier one (``created_at, id``) with its ordering key
   is unfinished (pending or leased). Effects without an ordering key, and every
   effect of an unordered endpoint, pass on the first test of the rule.
 
 Revision ID: 1411
-Revises: 1101
+Revises: 1201
 Create Date: 2026-11-23 10:00:00
 """
 
@@ -30,35 +31,29 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "1411"
-down_revision = "1101"
+down_revision = "1201"
 branch_labels = None
 depends_on = None
 
 UNFINISHED = "state IN ('pending', 'leased')"
 ORDERED_UNFINISHED = "ordering_key IS NOT NULL AND state IN ('pending', 'leased')"
 
-# The view's columns as revision 0003 made them (its "e.*" was expanded then).
-COLUMNS = """
-e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.payload,
-e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at, e.lease_owner,
-e.lease_token, e.lease_expires_at, e.created_at, e.updated_at, e.delivered_at, e.last_error
-"""
-
-OLD_CLAIMABLE_EFFECTS = f"""
-CREATE VIEW claimable_effects AS
-SELECT {COLUMNS}
-FROM effects e
+# claimable_effects as revision 1201 made it (on visible_effects); this revision
+# adds the ordering rule to it and nothing else.
+OLD_CLAIMABLE_EFFECTS = """
+CREATE OR REPLACE VIEW claimable_effects AS
+SELECT e.*
+FROM visible_effects e
 WHERE e.state IN ('pending', 'leased')
-  AND (e.job IS NULL OR EXISTS (
-        SELECT 1 FROM batches b WHERE b.job = e.job AND b.batch_id = e.batch_id))
   -- NOT IN (a hashed filter) rather than a join: a scan in index order stays in
   -- order and stops at LIMIT.
   AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
 """
 
 # Per-key ordering (opt-in per endpoint): wait while an earlier effect with the
-# same ordering key on the endpoint is unfinished. One probe of
-# ix_effects_ordering, and only for rows that carry a key on an ordered endpoint.
+# same ordering key on the endpoint is unfinished, visible or not yet (a run in
+# flight may still commit it). One probe of ix_effects_ordering, and only for
+# rows that carry a key on an ordered endpoint.
 ORDERING_RULE = """
   AND (e.ordering_key IS NULL
        OR e.endpoint NOT IN (SELECT o.name FROM endpoints o WHERE o.ordered)
@@ -69,14 +64,7 @@ ORDERING_RULE = """
               AND (p.created_at, p.id) < (e.created_at, e.id)))
 """
 
-CLAIMABLE_EFFECTS = (
-    OLD_CLAIMABLE_EFFECTS.replace("CREATE VIEW", "CREATE OR REPLACE VIEW").rstrip() + ORDERING_RULE
-)
-
-DUE_EFFECTS = """
-CREATE VIEW due_effects AS
-SELECT * FROM claimable_effects WHERE next_attempt_at <= now()
-"""
+CLAIMABLE_EFFECTS = OLD_CLAIMABLE_EFFECTS.rstrip() + ORDERING_RULE
 
 BUDGET_TRIGGER = """
 CREATE FUNCTION endpoint_budget_row() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -143,10 +131,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP VIEW due_effects")
-    op.execute("DROP VIEW claimable_effects")
     op.execute(OLD_CLAIMABLE_EFFECTS)
-    op.execute(DUE_EFFECTS)
     op.drop_index(
         "ix_effects_ordering", table_name="effects", postgresql_where=sa.text(ORDERED_UNFINISHED)
     )

@@ -1,17 +1,17 @@
 -- name: effects_by_endpoint_state
 -- The report's core: how many effects each endpoint has in each state.
-SELECT endpoint, state, count(*) AS n FROM effects GROUP BY endpoint, state;
+SELECT endpoint, state, count(*) AS n FROM visible_effects GROUP BY endpoint, state;
 
 -- name: attempts_by_endpoint_outcome
 -- Every delivery attempt, by endpoint and outcome (delivered, retry, dead, gone, stale).
 SELECT f.endpoint, a.outcome, count(*) AS n
-FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
+FROM delivery_attempts a JOIN visible_effects f ON f.id = a.effect_id
 GROUP BY f.endpoint, a.outcome;
 
 -- name: retried_effects
 -- Effects that needed at least one retry: each is counted once, however many it needed.
 SELECT f.endpoint, count(DISTINCT a.effect_id) AS n
-FROM delivery_attempts a JOIN effects f ON f.id = a.effect_id
+FROM delivery_attempts a JOIN visible_effects f ON f.id = a.effect_id
 WHERE a.outcome = 'retry'
 GROUP BY f.endpoint;
 
@@ -36,24 +36,24 @@ SELECT reason, count(*) AS n FROM rejects GROUP BY reason ORDER BY n DESC, reaso
 
 -- name: unfinished_count
 -- Effects still to be delivered (pending or under a lease), to wait for a drain.
-SELECT count(*) FROM effects WHERE state IN ('pending', 'leased');
+SELECT count(*) FROM visible_effects WHERE state IN ('pending', 'leased');
 
 -- name: delivered_count
 -- Progress of a drain.
-SELECT count(*) FROM effects WHERE state = 'delivered';
+SELECT count(*) FROM visible_effects WHERE state = 'delivered';
 
 -- name: dead_letters
 -- The first dead effects with their reason, for the report.
 SELECT idempotency_key, endpoint, attempt_count, last_error
-FROM effects WHERE state = 'dead' ORDER BY id LIMIT :limit;
+FROM visible_effects WHERE state = 'dead' ORDER BY id LIMIT :limit;
 
 -- name: delivered_keys
 -- Keys delivered to one endpoint, to compare with what a receiver saw.
-SELECT idempotency_key FROM effects WHERE endpoint = :endpoint AND state = 'delivered';
+SELECT idempotency_key FROM visible_effects WHERE endpoint = :endpoint AND state = 'delivered';
 
 -- name: effect_keys
 -- Every key enqueued for one endpoint, whatever its state.
-SELECT idempotency_key FROM effects WHERE endpoint = :endpoint;
+SELECT idempotency_key FROM visible_effects WHERE endpoint = :endpoint;
 
 -- name: invoice_fingerprint
 -- The whole invoices table as one digest: two databases with equal digests hold

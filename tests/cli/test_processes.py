@@ -78,6 +78,21 @@ def test_a_missing_batch_input_file_is_a_one_line_error_naming_it(tmp_path: Path
     assert "found: events-2026-01-01.json" in done.stderr
 
 
+def test_the_billing_job_refuses_to_run_before_its_endpoints_exist(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Without them every effect would be committed as a reject, and a re-run of the
+    committed batch is a replay: the newcomer's trap, stopped before Spark starts."""
+    (tmp_path / "events-2026-01-01.json").write_text("{}\n")
+    done = _outbox(
+        "spark", "run", "billing", "--input", str(tmp_path), "--date", "2026-01-01",
+        env=procs.worker_env(db_url),
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "billing-webhook, billing-email are not registered" in done.stderr
+    assert "outbox endpoints add webhook billing-webhook" in done.stderr
+
+
 def documented_metric_names() -> set[str]:
     return {name for doc in DOCS for name in METRIC.findall((ROOT / doc).read_text())}
 

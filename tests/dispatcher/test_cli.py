@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -186,6 +187,12 @@ def test_secrets_come_from_stdin_or_the_environment_never_the_command_line(
     assert _stored(db_url, "mail").smtp_password == "hunter2-smtp"
     empty = _outbox(db_url, *mail[:3], "mail2", *mail[3:], "--smtp-password-stdin")
     assert empty.returncode == 2 and "standard input is empty" in empty.stderr
+    # An unset shell variable ("--secret $SECRET") is refused, not silently replaced.
+    unset = _outbox(db_url, *hook[:3], "unset", *hook[3:], "--secret", "")
+    assert unset.returncode == 2 and "--secret: empty" in unset.stderr
+    shown = _outbox(db_url, "endpoints", "show", "piped")  # JSON
+    created = json.loads(shown.stdout)["created_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", created), created
 
 
 def test_a_password_in_database_url_is_refused_with_the_fix(db_url: str) -> None:

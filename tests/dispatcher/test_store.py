@@ -14,7 +14,7 @@ from dispatcher import db, store
 from dispatcher.endpoints import pause
 from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
-from spark_jobs.commit import engine_for
+from spark_jobs.runs import engine_for
 from tests.conftest import insert_endpoint
 
 
@@ -129,6 +129,9 @@ def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:
     assert ep == (False, "410 Gone")
 
 
+RUN = "00000000-0000-0000-0000-0000000000b1"
+
+
 def test_a_paused_endpoint_and_an_uncommitted_batch_are_not_claimed(engine: Engine) -> None:
     insert_endpoint(engine, "hook")
     insert_endpoint(engine, "other")
@@ -137,17 +140,23 @@ def test_a_paused_endpoint_and_an_uncommitted_batch_are_not_claimed(engine: Engi
         pause(conn, "hook", "maintenance")
         conn.execute(
             sa.text(
-                "INSERT INTO effects (idempotency_key, job, batch_id, endpoint, payload,"
-                " payload_sha256) VALUES (:k, 'j', 'b1', 'other', '{}', 'x')"
+                "INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, payload,"
+                " payload_sha256) VALUES (:k, 'j', 'b1', :run, 'other', '{}', 'x')"
             ),
-            {"k": "f" * 64},
+            {"k": "f" * 64, "run": RUN},
         )
     assert store.claim(engine, "w1", 10, 30) == []
-    with engine.begin() as conn:
+    with engine.begin() as conn:  # another run's marker for the batch shows nothing
         conn.execute(
             sa.text(
-                "INSERT INTO batches (job, batch_id, run_id) VALUES ('j', 'b1', gen_random_uuid())"
+                "INSERT INTO batches (job, batch_id, run_id) VALUES ('j', 'b0', gen_random_uuid())"
             )
+        )
+    assert store.claim(engine, "w1", 10, 30) == []
+    with engine.begin() as conn:  # the run's own marker makes its effects visible
+        conn.execute(
+            sa.text("INSERT INTO batches (job, batch_id, run_id) VALUES ('j', 'b1', :run)"),
+            {"run": RUN},
         )
     assert [c.idempotency_key for c in store.claim(engine, "w1", 10, 30)] == ["f" * 64]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ EFFECT_ARROW_SCHEMA = pa.schema(
         ("payload", pa.string()),
         ("recipient", pa.string()),
         ("ordering_key", pa.string()),
+        ("reference", pa.string()),
         ("reject_reason", pa.string()),
         ("not_before", pa.timestamp("us", tz="UTC")),
     ]
@@ -81,3 +83,39 @@ INVOICES_SNAPSHOT = (
     "SELECT invoice_id, customer_id, invoice_date, currency, amount, units, event_count, "
     "customer_email FROM invoices ORDER BY invoice_id"
 )
+
+
+def numbers_query(
+    spark: Any,
+    source: Path,
+    checkpoint: Path,
+    stream_sink: Any,
+    *,
+    checkpoint_argument: bool = False,
+) -> Any:
+    """A streaming query over JSON files of ``{"n": .., "v": ..}``: one effect per n, one
+    file per micro-batch; the payload carries v, so a changed v is a changed payload."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.keys import effect_key_column
+
+    def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
+        effects = batch.select(
+            effect_key_column("t.stream", batch.schema, "n").alias("idempotency_key"),
+            F.lit("hook").alias("endpoint"),
+            F.to_json(F.struct("n", "v")).alias("payload"),
+        )
+        return None, effects
+
+    foreach = stream_sink.foreach_batch(
+        derive, checkpoint=checkpoint if checkpoint_argument else None
+    )
+    return (
+        spark.readStream.schema("n long, v long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.foreachBatch(foreach)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )

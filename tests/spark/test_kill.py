@@ -2,8 +2,13 @@
 
 Every victim run is a real driver process (``python -m outbox spark run billing``)
 SIGKILLed by this test. Named points pause the driver (or an executor) at a
-phase; random points wait for the write to begin, sleep a seeded random delay
-and kill. The seed is printed, so a failure reproduces with OUTBOX_KILL_SEED.
+phase: an executor mid-write (its first chunk of effects committed into the
+outbox, invisible), after the executors wrote and before the marker, just
+before and just after COMMIT. Random points wait for the write to begin, sleep
+a seeded random delay and kill. The seed is printed, so a failure reproduces
+with OUTBOX_KILL_SEED. One driver JVM per victim is the cost of a real kill, so
+the random points are few (OUTBOX_RANDOM_KILLS, 3); the named ones cover each
+step of the protocol.
 """
 
 from __future__ import annotations
@@ -26,9 +31,14 @@ from tests.spark.killing import Driver, billing_command
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # One small day per kill: a killed run leaves later days for the next run, so every
-# kill (3 named + RANDOM_KILLS random) lands in a write that has not committed yet.
-RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "10"))
-DATES = tuple(f"2026-01-{d:02d}" for d in range(1, RANDOM_KILLS + 5))
+# kill (4 named + RANDOM_KILLS random) lands in a write that has not committed yet.
+RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "3"))
+NAMED = ("effects_written", "written", "before_commit", "after_commit")
+DATES = tuple(f"2026-01-{d:02d}" for d in range(1, len(NAMED) + RANDOM_KILLS + 2))
+LEFTOVERS = (
+    "SELECT (SELECT count(*) FROM staged_rejects) + (SELECT count(*) FROM staged_results) "
+    "+ (SELECT count(*) FROM deferred_effects) + (SELECT count(*) FROM batch_runs)"
+)
 REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
 
 
@@ -42,7 +52,7 @@ def _state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
         table(engine, INVOICES_SNAPSHOT),
         effects,
         rejects,
-        table(engine, "SELECT count(*) FROM staged_effects")[0][0],
+        table(engine, LEFTOVERS)[0][0],
     )
 
 
@@ -61,37 +71,34 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
     for e in (engine, clean):
         insert_billing_endpoints(e)
     for date in DATES:
-        billing_run.run_batch(spark, events, date, clean_url, path="executors")
+        billing_run.run_batch(spark, events, date, clean_url)
     expected = _state(clean)
 
     seed = int(os.environ.get("OUTBOX_KILL_SEED", random.randrange(1 << 30)))
     print(f"kill seed: {seed} (set OUTBOX_KILL_SEED={seed} to reproduce)")
     rng = random.Random(seed)
-    args = ["--mode", "batch", "--input", str(events), "--staging", "executors"]
+    args = ["--mode", "batch", "--input", str(events)]
     args += [a for d in DATES for a in ("--date", d)]
     command = billing_command(*args)
     killed_at = []
-    for phase in ("staging_copy", "before_commit", "after_commit"):
+    for phase in NAMED:  # an executor's pause is shorter: its task may run twice
+        pause_s = "10" if phase == "effects_written" else "20"
         driver = Driver(
-            command, db_url, {"OUTBOX_SPARK_PAUSE_AT": phase, "OUTBOX_SPARK_PAUSE_S": "20"}
+            command, db_url, {"OUTBOX_SPARK_PAUSE_AT": phase, "OUTBOX_SPARK_PAUSE_S": pause_s}
         )
-        if phase == "staging_copy":  # executors pause 20 s inside their COPY transaction
-            if driver.wait_for("staging"):
-                time.sleep(5)
-                killed_at.append(phase)
-        elif driver.wait_for(phase):
+        if driver.wait_for(phase):
             killed_at.append(phase)
         driver.kill()
     for _ in range(RANDOM_KILLS):
         driver = Driver(command, db_url)
         delay = rng.uniform(0, 3.0)
-        if driver.wait_for("staging"):
-            time.sleep(delay)  # lands in staging, the merge, the commit or just after
-            killed_at.append(f"staging+{delay:.2f}s")
+        if driver.wait_for("writing"):
+            time.sleep(delay)  # lands in the write, the commit or just after
+            killed_at.append(f"writing+{delay:.2f}s")
         driver.kill()
         print(f"killed at {killed_at[-1] if killed_at else 'start'}", flush=True)
-    assert killed_at[:3] == ["staging_copy", "before_commit", "after_commit"]
-    assert len(killed_at) == 3 + RANDOM_KILLS, killed_at  # every kill hit a live write
+    assert tuple(killed_at[: len(NAMED)]) == NAMED
+    assert len(killed_at) == len(NAMED) + RANDOM_KILLS, killed_at  # every kill hit a live write
     Driver(command, db_url).finish()
     assert _state(engine) == expected, f"kills: {killed_at}"
     markers = table(engine, "SELECT batch_id, effects_new FROM batches ORDER BY 1")

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from dispatcher.enqueue import enqueue
 from dispatcher.keys import effect_key
 from spark_jobs import phases
-from spark_jobs.commit import InvalidRows
+from spark_jobs.outcome import InvalidRows
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import (
     EFFECT_SCHEMA,
@@ -24,6 +24,7 @@ from tests.spark.helpers import (
     effect_rows,
     invoice_rows,
     marker,
+    numbers_query,
     sink,
     table,
 )
@@ -46,13 +47,22 @@ def _frames(spark: Any, effects: list[Any], invoices: list[Any]) -> tuple[Any, A
 
 def test_batch_commits_results_effects_and_counts(spark: Any, db_url: str, hook: Engine) -> None:
     results, effects = _frames(spark, effect_rows(30), invoice_rows(5))
-    outcome = sink(db_url, path="executors").write(results, effects, batch_id="b1")
+    outcome = sink(db_url).write(results, effects, batch_id="b1")
     assert (outcome.status, outcome.effects_new, outcome.result_rows) == ("committed", 30, 5)
     assert len(table(hook, EFFECTS_SNAPSHOT)) == 30
     assert {r[1:3] for r in table(hook, EFFECTS_SNAPSHOT)} == {("t", "b1")}
     assert marker(hook, "b1")["effects_new"] == 30
-    assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
-    assert table(hook, "SELECT count(*) FROM batch_runs")[0][0] == 0
+    assert _leftovers(hook) == (0, 0, 0, 0)
+
+
+def _leftovers(engine: Engine) -> tuple[int, ...]:
+    """Staged rejects and results, deferred effects, runs: none once a batch is done."""
+    counts = table(
+        engine,
+        "SELECT (SELECT count(*) FROM staged_rejects), (SELECT count(*) FROM staged_results), "
+        "(SELECT count(*) FROM deferred_effects), (SELECT count(*) FROM batch_runs)",
+    )
+    return tuple(counts[0])
 
 
 def test_replayed_batch_enqueues_nothing_and_changes_no_result(
@@ -63,21 +73,25 @@ def test_replayed_batch_enqueues_nothing_and_changes_no_result(
     before = (table(hook, EFFECTS_SNAPSHOT), table(hook, INVOICES_SNAPSHOT), marker(hook, "b1"))
     changed, more = _frames(spark, effect_rows(12, version=2), invoice_rows(4))
     outcome = sink(db_url).write(changed, more, batch_id="b1")
-    assert outcome.status == "replayed"
+    assert (outcome.status, outcome.effects_new, outcome.run_id) == ("replayed", 0, None)
+    assert outcome.original is not None
+    assert (outcome.original.effects_new, outcome.original.result_rows) == (10, 3)
     after = (table(hook, EFFECTS_SNAPSHOT), table(hook, INVOICES_SNAPSHOT), marker(hook, "b1"))
     assert after == before
 
 
-def test_driver_path_and_executor_path_give_the_same_result(
+def test_small_chunks_and_one_chunk_give_the_same_result(
     spark: Any, db_url: str, hook: Engine, second_db: tuple[str, Engine]
 ) -> None:
     other_url, other = second_db
     insert_endpoint(other, "hook")
     rows = [*effect_rows(20), ("bad", "hook", "{}", None), (effect_key("x"), "nope", "{}", None)]
+    rows += effect_rows(3)  # twins in the batch: deduplicated, counted
     results, effects = _frames(spark, rows, invoice_rows(6))
-    # chunks of 3 rows: the commit merges many chunks while executors still stage
-    a = sink(db_url, path="executors", chunk_rows=3).write(results, effects, batch_id="b1")
-    b = sink(other_url, path="driver").write(results, effects, batch_id="b1")
+    a = sink(db_url, chunk_rows=3).write(results, effects, batch_id="b1")
+    b = sink(other_url).write(results, effects, batch_id="b1")
+    assert (a.effects_total, a.effects_new, a.effects_deduplicated, a.rejects) == (23, 20, 3, 2)
+    assert a.payload_mismatches == 0
     strip = ("run_id",)
     assert {k: v for k, v in vars(a).items() if k not in strip} == {
         k: v for k, v in vars(b).items() if k not in strip
@@ -103,7 +117,7 @@ def test_invalid_rows_land_in_rejects_and_every_valid_row_commits(
         (effect_key("k", 6), "hook", None, None),
     ]
     results, effects = _frames(spark, [*effect_rows(8), *bad], invoice_rows(2))
-    outcome = sink(db_url, path="executors").write(results, effects, batch_id="b1")
+    outcome = sink(db_url).write(results, effects, batch_id="b1")
     assert (outcome.effects_new, outcome.rejects) == (8, 7)
     reasons = [r[0] for r in table(hook, "SELECT reason FROM rejects ORDER BY reason")]
     assert [r.split(":")[0] for r in reasons] == [
@@ -127,8 +141,10 @@ def test_on_invalid_fail_aborts_the_batch_listing_reasons(
     results, effects = _frames(spark, [*effect_rows(3), ("bad", "hook", "{}", None)], [])
     with pytest.raises(InvalidRows, match="idempotency_key: 'bad' is not 64"):
         sink(db_url, on_invalid="fail").write(results, effects, batch_id="b1")
+    # the valid rows the executors wrote were never visible, and are swept at once
     assert table(hook, "SELECT count(*) FROM effects")[0][0] == 0
     assert table(hook, "SELECT count(*) FROM batches")[0][0] == 0
+    assert _leftovers(hook) == (0, 0, 0, 0)
 
 
 def test_rerun_with_changed_input_counts_payload_mismatches(
@@ -177,7 +193,7 @@ def test_two_racing_attempts_of_one_batch_commit_exactly_once(
     outcomes: dict[str, Any] = {}
     rival = threading.Thread(
         target=lambda: outcomes.__setitem__(
-            "b", sink(db_url, path="executors").write(results, effects, batch_id="b1")
+            "b", sink(db_url).write(results, effects, batch_id="b1")
         )
     )
 
@@ -187,12 +203,13 @@ def test_two_racing_attempts_of_one_batch_commit_exactly_once(
         rival.join(timeout=8)  # B stages, then blocks on A's marker row
 
     remove = phases.on("before_commit", start_rival_then_commit)
-    outcomes["a"] = sink(db_url, path="executors").write(results, effects, batch_id="b1")
+    outcomes["a"] = sink(db_url).write(results, effects, batch_id="b1")
     rival.join(timeout=60)
     assert (outcomes["a"].status, outcomes["b"].status) == ("committed", "lost_race")
     assert table(hook, "SELECT count(*) FROM effects")[0][0] == 25
     assert marker(hook, "b1")["run_id"].hex == outcomes["a"].run_id.replace("-", "")
-    assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
+    assert marker(hook, "b1")["effects_new"] == 25
+    assert _leftovers(hook) == (0, 0, 0, 0)
 
 
 def test_lost_commit_acknowledgement_is_resolved_by_the_marker(
@@ -236,7 +253,7 @@ def test_connection_killed_before_commit_is_retried_only_after_the_marker_says_s
     results, effects = _frames(spark, effect_rows(6), invoice_rows(2))
     remove = phases.on("before_commit", lambda: None if kills else terminate_commit_backend())
     try:
-        outcome = sink(db_url, path="executors").write(results, effects, batch_id="b1")
+        outcome = sink(db_url).write(results, effects, batch_id="b1")
     finally:
         remove()
     assert kills == [1]
@@ -244,60 +261,43 @@ def test_connection_killed_before_commit_is_retried_only_after_the_marker_says_s
     assert table(hook, "SELECT count(*) FROM effects")[0][0] == 6
 
 
-def test_abandoned_runs_are_swept(spark: Any, db_url: str, hook: Engine) -> None:
+def test_abandoned_runs_are_swept_with_their_effect_rows(
+    spark: Any, db_url: str, hook: Engine
+) -> None:
+    dead = "00000000-0000-0000-0000-000000000001"
     with hook.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO batch_runs (run_id, job, batch_id, started_at) VALUES "
-                "('00000000-0000-0000-0000-000000000001', 't', 'old', now() - interval '2 hours');"
-                "INSERT INTO staged_effects (run_id, idempotency_key) VALUES "
-                "('00000000-0000-0000-0000-000000000001', 'x')"
-            )
+                "INSERT INTO batch_runs (run_id, job, batch_id, started_at) "
+                "VALUES (:r, 't', 'old', now() - interval '2 hours');"
+                "INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, payload, "
+                "payload_sha256) VALUES (:k, 't', 'old', :r, 'hook', '{}', 'x');"
+                "INSERT INTO staged_rejects VALUES (:r, 1, 'why', '{}');"
+                "INSERT INTO deferred_effects (run_id, task_id, idempotency_key, endpoint, "
+                "payload, payload_sha256) VALUES (:r, 1, :k, 'hook', '{}', 'x')"
+            ),
+            {"r": dead, "k": effect_key("dead", 1)},
         )
     results, effects = _frames(spark, effect_rows(1), [])
     sink(db_url).write(results, effects, batch_id="b1")
-    assert table(hook, "SELECT count(*) FROM staged_effects")[0][0] == 0
-    assert table(hook, "SELECT count(*) FROM batch_runs")[0][0] == 0
+    assert table(hook, "SELECT batch_id FROM effects") == [("b1",)]
+    assert _leftovers(hook) == (0, 0, 0, 0)
 
 
-def test_foreach_batch_on_the_executor_path_commits_each_micro_batch(
+def test_foreach_batch_commits_each_micro_batch_under_the_query_id(
     spark: Any, db_url: str, hook: Engine, tmp_path: Path
 ) -> None:
-    """The pipelined commit stages from a thread of its own inside ``foreachBatch``."""
-    from pyspark.sql import functions as F
-
-    from spark_jobs.keys import effect_key_column
-
     source = tmp_path / "in"
     source.mkdir()
     for part in range(2):
         numbers = range(part * 10, part * 10 + 10)
         (source / f"part{part}.json").write_text("\n".join(json.dumps({"n": n}) for n in numbers))
-
-    def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
-        effects = batch.select(
-            effect_key_column("t.stream", batch.schema, "n").alias("idempotency_key"),
-            F.lit("hook").alias("endpoint"),
-            F.to_json(F.struct("n")).alias("payload"),
-        )
-        return None, effects
-
-    stream_sink = sink(db_url, results=None, path="executors", chunk_rows=3)
-    query = (
-        spark.readStream.schema("n long")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .writeStream.foreachBatch(stream_sink.foreach_batch(derive, lambda: "run1"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = numbers_query(spark, source, tmp_path / "checkpoint", sink(db_url, results=None))
     assert query.awaitTermination(180)
     assert query.exception() is None
     keys = {r[0] for r in table(hook, "SELECT idempotency_key FROM effects")}
     assert keys == {effect_key("t.stream", n) for n in range(20)}
     assert table(hook, "SELECT batch_id, effects_new FROM batches ORDER BY batch_id") == [
-        ("run1/0", 10),
-        ("run1/1", 10),
+        (f"{query.id}/0", 10),
+        (f"{query.id}/1", 10),
     ]
-    assert table(hook, "SELECT count(*) FROM staged_chunks")[0][0] == 0

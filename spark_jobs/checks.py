@@ -1,0 +1,167 @@
+"""The effects contract, checked on the executors, one Arrow record batch at a time.
+
+Runs on Spark executors: nothing heavier than pyarrow and the dispatcher's
+validation helpers (an import-linter contract keeps it so). Vectorised checks
+clear the plain rows; only payloads are handled one by one (canonical JSON and
+its hash, exactly as ``enqueue`` computes them). Rows the vectorised test does
+not clear get the exact per-row check (``check_row``), so every reason is the
+one ``enqueue`` would give. The driver hands over the registered endpoints and
+their kinds (read once per batch): an unknown endpoint is a reject, and an
+effect on an e-mail endpoint must pass ``check_email_effect``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from dispatcher.errors import InvalidEffect
+from dispatcher.validation import (
+    MAX_ORDERING_KEY_CHARS,
+    MAX_RECIPIENT_CHARS,
+    MAX_REFERENCE_CHARS,
+    check_email_effect,
+    check_endpoint_name,
+    check_key,
+    check_optional_text,
+    payload_bytes,
+    payload_sha256,
+)
+
+# Columns of a checked batch's valid rows, in the order the write path COPYs them.
+VALID_COLUMNS = (
+    "idempotency_key",
+    "endpoint",
+    "recipient",
+    "payload",
+    "payload_sha256",
+    "ordering_key",
+    "reference",
+    "not_before",
+)
+_TEXT_LIMITS = (
+    ("recipient", MAX_RECIPIENT_CHARS),
+    ("ordering_key", MAX_ORDERING_KEY_CHARS),
+    ("reference", MAX_REFERENCE_CHARS),
+)
+_KEY_REGEX = r"^[0-9a-f]{64}$"
+_VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps it
+
+
+def unknown_endpoint(name: str) -> str:
+    return (
+        f"endpoint: no endpoint named {name!r} is registered; register it first "
+        "with `outbox endpoints add` or fix the name"
+    )
+
+
+def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str | None, bytes]:
+    """(reason, canonical payload bytes); the reason is None for a valid row."""
+    declared = row.get("reject_reason")
+    if declared:
+        return str(declared), b""
+    try:
+        check_key(row.get("idempotency_key"))
+        endpoint = check_endpoint_name(row.get("endpoint"))
+        data = payload_bytes(row.get("payload"))
+        for field, limit in _TEXT_LIMITS:
+            check_optional_text(field, row.get(field), limit)
+        for field in ("endpoint", "recipient", "ordering_key", "reference"):
+            if "\x00" in (row.get(field) or ""):
+                raise InvalidEffect(field, "contains a NUL character", "remove it")
+        kind = endpoints.get(endpoint)
+        if kind is None:
+            return unknown_endpoint(endpoint), b""
+        if kind == "email":
+            check_email_effect(row.get("recipient"), json.loads(data))
+    except InvalidEffect as exc:
+        return str(exc), b""
+    except ValueError as exc:  # e.g. a lone surrogate escape that UTF-8 cannot encode
+        return f"payload: cannot be encoded as UTF-8 JSON ({exc}); fix the text", b""
+    return None, data
+
+
+def raw_json(row: Mapping[str, Any]) -> str:
+    """The rejected row as JSON text that jsonb accepts (NUL characters replaced)."""
+    clean = {k: _printable(v) for k, v in row.items() if k != "reject_reason"}
+    return json.dumps(clean, ensure_ascii=False, default=str)
+
+
+def _printable(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]:
+    """(valid rows, rejects) of one Arrow record batch, both Arrow tables.
+
+    Valid rows carry ``VALID_COLUMNS`` (payload canonical, hash computed);
+    rejects carry ``reason`` and ``raw_row`` (the row as JSON text).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+    cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
+    payloads: list[str | None] = []
+    hashes: list[str | None] = []
+    keep: list[bool] = []
+    reasons: list[str] = []
+    raw_rows: list[str] = []
+    for i, (fast, text) in enumerate(zip(cleared, column["payload"].to_pylist(), strict=True)):
+        data = _fast_payload(text) if fast else None
+        if data is None:
+            row = {name: values[i].as_py() for name, values in column.items()}
+            reason, data = check_row(row, endpoints)
+            if reason is not None:
+                reasons.append(reason)
+                raw_rows.append(raw_json(row))
+                keep.append(False)
+                continue
+        keep.append(True)
+        payloads.append(data.decode("utf-8"))
+        hashes.append(payload_sha256(data))
+    mask = pa.array(keep, pa.bool_())
+    valid = {name: pc.filter(column[name], mask) for name in VALID_COLUMNS if name in column}
+    valid["payload"] = pa.array(payloads, pa.string())
+    valid["payload_sha256"] = pa.array(hashes, pa.string())
+    rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
+    return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
+
+
+def _fast_payload(text: Any) -> bytes | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return payload_bytes(text)
+    except (InvalidEffect, ValueError):
+        return None
+
+
+def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:
+    """True where a row surely passes every check but the payload's (webhook rows only)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    webhooks = pa.array([name for name, kind in endpoints.items() if kind != "email"], pa.string())
+    plain = pc.and_kleene(
+        pc.is_null(column["reject_reason"]),
+        pc.match_substring_regex(column["idempotency_key"], _KEY_REGEX),
+    )
+    plain = pc.and_kleene(plain, pc.is_in(column["endpoint"], value_set=webhooks))
+    plain = pc.and_kleene(plain, _clean_text(column["endpoint"], None, required=True))
+    for field, limit in _TEXT_LIMITS:
+        plain = pc.and_kleene(plain, _clean_text(column[field], limit))
+    return plain
+
+
+def _clean_text(values: Any, max_chars: int | None, *, required: bool = False) -> Any:
+    """True where the text is surely fine (null allowed unless required), else false/null."""
+    import pyarrow.compute as pc
+
+    ok = pc.invert(pc.match_substring(values, "\x00"))
+    if max_chars is not None:
+        ok = pc.and_kleene(ok, pc.less_equal(pc.utf8_length(values), max_chars))
+    if required:
+        return pc.and_kleene(ok, pc.match_substring_regex(values, _VISIBLE))
+    return pc.or_kleene(pc.is_null(values), ok)

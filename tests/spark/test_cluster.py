@@ -1,0 +1,89 @@
+"""The billing job on a real Spark standalone cluster (a master and two workers on
+loopback, started from the installed PySpark), with one executor JVM killed
+in the middle of a batch's effects write: Spark re-runs the lost tasks and the
+database ends identical to one clean run (results, effect keys and payload
+hashes, markers, rejects)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import Engine
+
+from outbox.tools.sparkcluster import StandaloneCluster
+from spark_jobs import billing_run
+from spark_jobs.generate import generate
+from tests.conftest import insert_billing_endpoints
+from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
+from tests.spark.killing import Driver, billing_command
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+DATES = ("2026-01-01",)  # one day: a batch of 4 effect tasks on 2 one-core executors
+MARKERS = (
+    "SELECT job, batch_id, result_rows, effects_total, effects_new, effects_deduplicated, "
+    "payload_mismatches, rejects FROM batches ORDER BY 1, 2"
+)
+REJECTS = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
+INVISIBLE = (
+    "SELECT count(*) FROM effects e "
+    "WHERE NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = e.id)"
+)
+LEFTOVERS = (
+    "SELECT (SELECT count(*) FROM staged_rejects) + (SELECT count(*) FROM staged_results) "
+    "+ (SELECT count(*) FROM deferred_effects) + (SELECT count(*) FROM batch_runs)"
+)
+
+
+def _digest(engine: Engine) -> tuple[Any, ...]:
+    return tuple(
+        table(engine, sql) for sql in (INVOICES_SNAPSHOT, EFFECTS_SNAPSHOT, MARKERS, REJECTS)
+    )
+
+
+@pytest.mark.timeout(900)
+def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_run(
+    spark: Any, db_url: str, engine: Engine, second_db: tuple[str, Engine], tmp_path: Path
+) -> None:
+    events = tmp_path / "events"
+    generate(events, customers=12, events=300, seed=21, bad_rows=3, days=len(DATES))
+    clean_url, clean = second_db
+    for e in (engine, clean):
+        insert_billing_endpoints(e)
+    for date in DATES:  # the clean run, in local mode: the outcome must not depend on where
+        billing_run.run_batch(spark, events, date, clean_url)
+
+    # Every executor's task pauses 3 s after its first chunk of effects is in the
+    # outbox (invisible), so the kill lands mid-write by construction.
+    pause = {"OUTBOX_SPARK_PAUSE_AT": "effects_written", "OUTBOX_SPARK_PAUSE_S": "3"}
+    with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
+        args = ["--mode", "batch", "--input", str(events), "--master", cluster.master_url]
+        driver = Driver(billing_command(*args, *(a for d in DATES for a in ("--date", d))), db_url)
+        assert driver.wait_for("writing", timeout_s=300)
+        invisible = _wait_for_invisible_rows(engine, driver)
+        victims = cluster.executor_pids()
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
+        out = driver.finish(timeout_s=600)
+        replacement = cluster.executor_pids()
+    outcomes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [o["status"] for o in outcomes] == ["committed"] * len(DATES)
+    assert invisible > 0 and victims[0] not in replacement
+    assert _digest(engine) == _digest(clean)
+    assert table(engine, LEFTOVERS)[0][0] == 0
+
+
+def _wait_for_invisible_rows(engine: Engine, driver: Driver, timeout_s: float = 300) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = int(table(engine, INVISIBLE)[0][0])
+        if rows:
+            return rows
+        assert driver.proc.poll() is None, f"driver exited: {driver.stderr[-20:]}"
+        time.sleep(0.2)
+    raise TimeoutError("no executor wrote effects")

@@ -1,0 +1,206 @@
+"""The executors' checks and write path without Spark.
+
+``checked_effects`` clears plain rows with Arrow compute functions and sends only
+the rest through ``check_row``, the per-row contract check that ``enqueue``
+shares (plus the endpoint kinds: unknown endpoints, the e-mail contract). The
+property test says the shortcut never changes an outcome: every row gets
+exactly the reason, the canonical payload and the hash the per-row check gives.
+The round-trip test sends awkward text through the Arrow CSV writer, COPY and
+the insert into the real outbox, and reads it back unchanged (and invisible).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import psycopg2
+import pyarrow as pa
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import Engine
+
+from dispatcher import db
+from dispatcher.keys import effect_key
+from dispatcher.validation import (
+    MAX_ORDERING_KEY_CHARS,
+    MAX_RECIPIENT_CHARS,
+    MAX_REFERENCE_CHARS,
+    payload_sha256,
+)
+from spark_jobs.checks import check_row, checked_effects, raw_json
+from spark_jobs.chunks import RunTag, TaskReport, write_effects
+from tests.spark.helpers import EFFECT_ARROW_SCHEMA
+
+RUN = "00000000-0000-0000-0000-0000000000aa"
+ENDPOINTS = {"hook": "webhook", " hook": "webhook", "mail": "email"}
+
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=8,
+)
+payloads = st.one_of(
+    st.dictionaries(texts, json_values, max_size=4).map(json.dumps),
+    st.dictionaries(texts, json_values, max_size=3).map(lambda d: json.dumps(d, indent=1)),
+    st.sampled_from(
+        [
+            None,
+            "",
+            "{not json",
+            "[1, 2]",
+            '"text"',
+            "7",
+            '{"a": NaN}',
+            '{"a": "\\u0000"}',
+            '{"a": "\\\\u0000"}',
+            '{"a": "\\ud800"}',
+            '{"big": 123456789012345678901234567890}',
+            '{"e": 1e400}',
+            '{"k": 1, "k": 2}',
+            json.dumps({"big": "x" * 300_000}),
+            json.dumps({"subject": "Your invoice", "text": "Amount: 3 EUR"}),
+            json.dumps({"subject": "two\nlines", "text": "x"}),
+            json.dumps({"subject": "no text"}),
+        ]
+    ),
+)
+keys = st.one_of(
+    st.integers(0, 10**6).map(lambda i: effect_key("t", i)),
+    st.sampled_from([None, "", "not-a-key", "A" * 64, effect_key("t", 1).upper(), "0" * 63]),
+)
+endpoints = st.sampled_from(
+    [None, "", "   ", "\u00a0", "\u2003x", " hook", "hook", "a\x00b", "mail", "nope"]
+)
+optional_texts = st.one_of(
+    st.none(),
+    texts,
+    st.just("r\x00"),
+    st.just("ada@example.com"),
+    st.just("ada@example.com, bob@example.com"),
+    st.just("x" * (MAX_RECIPIENT_CHARS + 1)),
+    st.just("y" * (MAX_ORDERING_KEY_CHARS + 1)),
+    st.just("z" * (MAX_REFERENCE_CHARS + 1)),
+)
+rows = st.fixed_dictionaries(
+    {
+        "idempotency_key": keys,
+        "endpoint": endpoints,
+        "payload": payloads,
+        "recipient": optional_texts,
+        "ordering_key": optional_texts,
+        "reference": optional_texts,
+        "reject_reason": st.one_of(st.none(), st.just("declared by the job")),
+        "not_before": st.one_of(
+            st.none(), st.just(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+        ),
+    }
+)
+
+
+def _expected(row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(valid row, reject) as the per-row check says."""
+    reason, data = check_row(row, ENDPOINTS)
+    if reason is not None:
+        return None, {"reason": reason, "raw_row": json.loads(raw_json(row))}
+    valid = {k: row[k] for k in ("idempotency_key", "endpoint", "recipient", "ordering_key")}
+    valid |= {"reference": row["reference"], "not_before": row["not_before"]}
+    valid |= {"payload": data.decode("utf-8"), "payload_sha256": payload_sha256(data)}
+    return valid, None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(rows, min_size=1, max_size=8))
+def test_vectorised_checks_give_the_per_row_outcome(batch_rows: list[dict[str, Any]]) -> None:
+    batch = pa.RecordBatch.from_pylist(batch_rows, schema=EFFECT_ARROW_SCHEMA)
+    valid, rejects = checked_effects(batch, ENDPOINTS)
+    expected = [_expected(row) for row in batch_rows]
+    assert valid.to_pylist() == [v for v, _ in expected if v is not None]
+    got_rejects = [{**r, "raw_row": json.loads(r["raw_row"])} for r in rejects.to_pylist()]
+    assert got_rejects == [r for _, r in expected if r is not None]
+
+
+def test_email_effects_are_checked_against_the_email_contract() -> None:
+    rows = [
+        {"recipient": "ada@example.com", "payload": '{"subject": "Hi", "text": "x"}'},
+        {"recipient": "Ada <ada@example.com>", "payload": '{"subject": "Hi", "text": "x"}'},
+        {"recipient": "ada@example.com", "payload": '{"subject": "Hi"}'},
+    ]
+    full = [
+        {
+            "idempotency_key": effect_key("m", i),
+            "endpoint": "mail",
+            "ordering_key": None,
+            "reference": None,
+            "reject_reason": None,
+            "not_before": None,
+            **row,
+        }
+        for i, row in enumerate(rows)
+    ]
+    batch = pa.RecordBatch.from_pylist(full, schema=EFFECT_ARROW_SCHEMA)
+    valid, rejects = checked_effects(batch, ENDPOINTS)
+    assert valid.column("recipient").to_pylist() == ["ada@example.com"]
+    reasons = rejects.column("reason").to_pylist()
+    assert reasons[0].startswith("recipient:") and "not exactly one e-mail address" in reasons[0]
+    assert reasons[1].startswith("payload.text:")
+
+
+def test_written_text_survives_csv_copy_and_insert_and_stays_invisible(
+    db_url: str, engine: Engine
+) -> None:
+    awkward = ["a,b", 'quote " inside', "new\nline", "tab\there", "", "ünïcödé ✓", "back\\slash"]
+    batch_rows = [
+        {
+            "idempotency_key": effect_key("csv", i),
+            "endpoint": "hook",
+            "payload": json.dumps({"text": text}),
+            "recipient": text,
+            "ordering_key": None if i % 2 else text,
+            "reference": f"inv-{text}" if i % 2 else None,
+            "reject_reason": None,
+            "not_before": dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC) if i else None,
+        }
+        for i, text in enumerate(awkward)
+    ]
+    bad = {**batch_rows[0], "idempotency_key": "bad", "recipient": 'x,"y"\n'}
+    batch = pa.RecordBatch.from_pylist([*batch_rows, bad], schema=EFFECT_ARROW_SCHEMA)
+    run = RunTag(db.libpq_url(db_url), "t", "b1", RUN, ENDPOINTS)
+    report = TaskReport(3)
+    conn = psycopg2.connect(run.dsn)
+    try:
+        write_effects(conn, run, report, [batch], chunk_rows=3)
+    finally:
+        conn.close()
+    assert (report.rows, report.rejects, report.deferred) == (len(batch_rows), 1, 0)
+    with engine.connect() as c:
+        stored = c.execute(
+            sa.text(
+                "SELECT idempotency_key, recipient, ordering_key, reference, payload, "
+                "payload_sha256, next_attempt_at, run_id::text FROM effects "
+                "ORDER BY payload->>'text'"
+            )
+        ).all()
+        rejected = c.execute(sa.text("SELECT reason, raw_row FROM staged_rejects")).all()
+        visible = c.execute(sa.text("SELECT count(*) FROM visible_effects")).scalar_one()
+    assert visible == 0  # no marker for the run yet
+    want = sorted(batch_rows, key=lambda r: json.loads(r["payload"])["text"])
+    for row, (key, recipient, ordering, reference, payload, sha, due, run_id) in zip(
+        want, stored, strict=True
+    ):
+        _, data = check_row(row, ENDPOINTS)
+        assert (key, recipient, ordering, reference, run_id) == (
+            row["idempotency_key"],
+            row["recipient"],
+            row["ordering_key"],
+            row["reference"],
+            RUN,
+        )
+        assert payload == json.loads(data) and sha == payload_sha256(data)
+        if row["not_before"] is not None:
+            assert due == row["not_before"]
+    assert len(rejected) == 1 and rejected[0][0].startswith("idempotency_key")
+    assert rejected[0][1]["recipient"] == 'x,"y"\n'
