@@ -24,9 +24,14 @@ class EndpointPublic(Public):
     mail_from: str | None
     timeout_s: float
     retry_schedule_s: list[float] | None
-    rate_limit_per_s: float | None
+    rate_limit_per_s: float | None = Field(description="sends per second, all dispatchers together")
+    max_in_flight: int | None = Field(description="sends in flight, all dispatchers together")
+    ordered: bool = Field(description="per-key ordering: an effect waits for earlier ones")
     enabled: bool
     paused_reason: str | None
+    resting_until: dt.datetime | None = Field(
+        None, description="circuit breaker: no dispatcher sends to it before this"
+    )
     previous_secret_expires_at: dt.datetime | None = Field(
         description="while in the future, deliveries are also signed with the previous secret"
     )
@@ -40,6 +45,8 @@ class WebhookCreate(ActionCreate):
     timeout_s: float = Field(10.0, gt=0, le=600)
     retry_schedule_s: list[float] | None = Field(None, max_length=50)
     rate_limit_per_s: float | None = Field(None, gt=0)
+    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    ordered: bool = False
 
 
 class EndpointSecretPublic(BaseModel):
@@ -48,12 +55,15 @@ class EndpointSecretPublic(BaseModel):
 
 
 class EndpointUpdate(ActionCreate):
-    """Only the fields sent change; ``null`` clears retry_schedule_s / rate_limit_per_s."""
+    """Only the fields sent change; ``null`` clears retry_schedule_s, rate_limit_per_s
+    and max_in_flight."""
 
     url: str | None = Field(None, min_length=1, max_length=2000, pattern=NO_NUL)
     timeout_s: float | None = Field(None, gt=0, le=600)
     retry_schedule_s: list[float] | None = Field(None, max_length=50)
     rate_limit_per_s: float | None = Field(None, gt=0)
+    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    ordered: bool | None = None
 
 
 class RotateSecretCreate(ActionCreate):

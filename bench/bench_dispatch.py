@@ -13,7 +13,13 @@ interleaved rounds (the order rotates every round); medians are compared:
 - pgqueuer 1.6 (asyncpg driver) with its defaults, with batch_size=100, and
   with batch_size=100 in 2 processes (bench/pgq_worker.py);
 - ``outbox dispatcher run`` with 1 process, and with ``--processes`` at its
-  default (one per core): signed (Standard Webhooks), every attempt logged.
+  default (one per core): signed (Standard Webhooks), every attempt logged;
+  with 1 process also against an endpoint with limits that never bind (a rate
+  limit and max_in_flight far above the machine: the shared budget's bookkeeping
+  on the hot path) and against an ordered endpoint (the 30,000 effects over 1,000
+  ordering keys, round robin: 30 per key, sent strictly in order per key).
+
+The limits' and ordering's costs: ``... -- --only "processes 1" --latency-s 0``.
 
 A queue contender's time runs from the commit of its N jobs to the moment none
 is left unfinished in the database. Then p50/p99 commit-to-arrival latency at a
@@ -53,6 +59,16 @@ CONTENDERS = [
     Contender("pgqueuer, batch_size=100", "pgqueuer", contenders.pgqueuer(100, 1)),
     Contender("pgqueuer, batch_size=100, 2 processes", "pgqueuer", contenders.pgqueuer(100, 2)),
     Contender("dispatcher, --processes 1", "dispatch", contenders.dispatcher(1)),
+    Contender(
+        "dispatcher, --processes 1, limits on",
+        "dispatch",
+        contenders.dispatcher(1, "bench-limited"),
+    ),
+    Contender(
+        "dispatcher, --processes 1, ordered (1000 keys)",
+        "dispatch",
+        contenders.dispatcher(1, "bench-ordered", 1000),
+    ),
     Contender(
         f"dispatcher, --processes default ({contenders.cores()})",
         "dispatch",

@@ -136,12 +136,18 @@ def _reset(engine: Engine) -> None:
         conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
 
 
-def dispatcher(processes: int) -> Callable[[Ctx, int], float]:
+def dispatcher(
+    processes: int, endpoint: str = "bench", ordering_keys: int = 0
+) -> Callable[[Ctx, int], float]:
+    """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
+    their bookkeeping only) or ``bench-ordered`` (per-key ordering over
+    ``ordering_keys`` keys, effects spread over them round robin)."""
+
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
         proc = _dispatchers(ctx, processes, "--concurrency", "64")
         try:
-            insert_effects(ctx.engine, n)
+            insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()
             unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
             _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 600, "drain")

@@ -46,26 +46,40 @@ async def _install_pgqueuer(url: str) -> None:
 
 
 def load(url: str, base: str) -> Engine:
-    """Endpoints ``bench`` (-> /hook) and ``lat`` (-> /lat), pgqueuer's tables; an engine."""
+    """Endpoints ``bench`` (-> /hook), ``bench-limited`` (a rate limit and
+    max_in_flight far above what one machine sends: the limits' bookkeeping, never
+    their waiting), ``bench-ordered`` (per-key ordering) and ``lat`` (-> /lat),
+    pgqueuer's tables; an engine."""
     asyncio.run(_install_pgqueuer(url))
     engine = db.create_engine(url, pool_size=2)
     with engine.begin() as conn:
         add_webhook(conn, name="bench", url=f"{base}/hook")
+        add_webhook(
+            conn,
+            name="bench-limited",
+            url=f"{base}/hook",
+            rate_limit_per_s=1_000_000.0,
+            max_in_flight=100_000,
+        )
+        add_webhook(conn, name="bench-ordered", url=f"{base}/hook", ordered=True)
         add_webhook(conn, name="lat", url=f"{base}/lat")
     return engine
 
 
-def insert_effects(engine: Engine, n: int) -> None:
-    """N effects for endpoint ``bench`` (the same body as every contender's) in one
-    statement, committed with a wake-up."""
+def insert_effects(engine: Engine, n: int, endpoint: str = "bench", ordering_keys: int = 0) -> None:
+    """N effects for ``endpoint`` (the same body as every contender's) in one
+    statement, committed with a wake-up; with ``ordering_keys``, effect g carries
+    ordering key ``g % ordering_keys`` (round robin: each key's effects in order)."""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
-                " SELECT lpad(to_hex(g), 64, '0'), 'bench', jsonb_build_object("
-                "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x'"
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+                " ordering_key)"
+                " SELECT lpad(to_hex(g), 64, '0'), :endpoint, jsonb_build_object("
+                "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x',"
+                " CASE WHEN :keys > 0 THEN 'customer-' || (g % :keys) END"
                 " FROM generate_series(1, :n) g"
             ),
-            {"n": n, "pad": PAD},
+            {"n": n, "pad": PAD, "endpoint": endpoint, "keys": ordering_keys},
         )
         wakeup.notify(conn, "bench")

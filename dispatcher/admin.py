@@ -25,7 +25,7 @@ from dispatcher.sqlfile import queries_beside
 _Q = queries_beside(__file__, "admin.sql")
 
 MASK = "***"
-UPDATABLE = ("url", "timeout_s", "retry_schedule_s", "rate_limit_per_s")
+UPDATABLE = ("url", "timeout_s", "retry_schedule_s", "rate_limit_per_s", "max_in_flight", "ordered")
 MAX_OVERLAP_S = 30 * 86400.0
 DEFAULT_OVERLAP_S = 86400.0
 
@@ -80,8 +80,12 @@ def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
         return endpoints.check_webhook_url(value)
     if field == "timeout_s" and (value is None or value <= 0):
         raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
-    if field == "rate_limit_per_s" and value is not None and value <= 0:
-        raise InvalidRequest("rate_limit_per_s", "must be positive", "give e.g. 50, or null")
+    if field == "rate_limit_per_s":
+        endpoints.check_limits(value, None)
+    if field == "max_in_flight":
+        endpoints.check_limits(None, value)
+    if field == "ordered" and not isinstance(value, bool):
+        raise InvalidRequest("ordered", f"{value!r} is not true or false", "give true or false")
     if field == "retry_schedule_s" and value is not None:
         if not value or any(s < 0 for s in value):
             raise InvalidRequest(
@@ -94,7 +98,8 @@ def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
 def update_endpoint(
     conn: Connection, name: str, changes: Mapping[str, Any], *, actor: str, reason: str
 ) -> endpoints.Endpoint:
-    """Change URL, timeout, retry schedule or rate limit (None clears the last two).
+    """Change URL, timeout, retry schedule, limits or ordering (None clears the
+    retry schedule and the limits).
 
     A URL passes the same checks as on ``add``. Recorded with every changed
     field's old and new value.
@@ -114,6 +119,7 @@ def update_endpoint(
     old = {f: _plain(getattr(ep, f)) for f in UPDATABLE}
     new = old | {f: _checked(ep, f, v) for f, v in changes.items()}
     conn.execute(_Q["update_endpoint_policy"], new | {"name": name})
+    endpoints.reset_budget(conn, name)
     diff = {
         f: {"old": _audit_view(f, old[f]), "new": _audit_view(f, new[f])}
         for f in UPDATABLE

@@ -7,7 +7,8 @@ SELECT * FROM endpoints WHERE name = :name FOR UPDATE;
 -- URL and delivery policy; the dispatchers pick it up within their endpoint cache (2 s).
 UPDATE endpoints
 SET url = :url, timeout_s = :timeout_s, retry_schedule_s = :retry_schedule_s,
-    rate_limit_per_s = :rate_limit_per_s, updated_at = now()
+    rate_limit_per_s = :rate_limit_per_s, max_in_flight = :max_in_flight, ordered = :ordered,
+    updated_at = now()
 WHERE name = :name;
 
 -- name: rotate_secret

@@ -1,6 +1,12 @@
-"""One attempt at one effect: find its endpoint, respect its rate limit, send it
-through the right channel, time it, and turn the answer into a ``store.Result``
-(with the retry delay decided by the schedule and ``Retry-After``).
+"""One attempt at one effect: find its endpoint, send it through the right
+channel, time it, and turn the answer into a ``store.Result`` (with the retry
+delay decided by the schedule and ``Retry-After``).
+
+Limits are not kept here: the claim takes at most what an endpoint's shared
+budget allows (rate limit, ``max_in_flight``) and nothing of a resting or paused
+endpoint. What was claimed before an endpoint began to rest (every dispatcher
+sees it within ``ENDPOINT_CACHE_S``) or was paused (a 410, here at once) is
+handed back unsent.
 
 Every text of a ``Result`` that can carry outside data (the error, its class,
 the response excerpt) is cleaned here, once (``outside.clean``), so neither
@@ -15,14 +21,12 @@ import logging
 import time
 
 from dispatcher import endpoints, outside, retry, store
-from dispatcher.breaker import Breakers
 from dispatcher.channels import Channel, Sent
 from dispatcher.channels.smtp import EmailChannel
 from dispatcher.channels.webhook import WebhookChannel
 from dispatcher.dbcalls import DbCalls
 from dispatcher.endpoints import Endpoint
 from dispatcher.metrics import Metrics
-from dispatcher.ratelimit import RateLimits
 from dispatcher.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,12 +46,11 @@ class Delivery:
         self._endpoints: dict[str, Endpoint] = {}
         self._loaded_at = float("-inf")
         self._loading: asyncio.Future[None] | None = None
-        self._limits = RateLimits()
         self._hold = asyncio.Event()
         # Sends in flight; the worker claims up to one batch more than this, so
         # the next effects are already waiting here while a claim is under way.
         self._slots = asyncio.Semaphore(settings.concurrency)
-        self._breakers = Breakers()
+        self._gone: set[str] = set()  # answered 410 here; paused until its row changes
 
     async def start(self) -> None:
         for channel in self._channels.values():
@@ -79,7 +82,7 @@ class Delivery:
             for ep in found.values():
                 old = self._endpoints.get(ep.name)
                 if old is not None and old.updated_at != ep.updated_at:
-                    self._breakers.forget(ep.name)  # resumed or reconfigured
+                    self._gone.discard(ep.name)  # resumed or reconfigured
             self._endpoints, self._loaded_at = found, time.monotonic()
 
     async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
@@ -95,14 +98,11 @@ class Delivery:
     async def _attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         endpoint = await self._endpoint(effect.endpoint)
         if endpoint is not None:
-            rest_s = self._breakers.rest_s(endpoint.name)
+            rest_s = self._rest_s(endpoint)
             if rest_s is not None:
-                # Gone (410): due at once, but its endpoint is paused, so nobody claims
-                # it until an operator resumes the endpoint.
-                delay_s = 0.0 if rest_s == float("inf") else rest_s
-                return store.Release(effect.id, effect.lease_token, delay_s)
-            if not await self._limits.take(endpoint.name, endpoint.rate_limit_per_s, self._hold):
-                return store.Release(effect.id, effect.lease_token)
+                # Paused: due at once, but nobody claims it until an operator resumes
+                # it; resting: due when the rest ends.
+                return store.Release(effect.id, effect.lease_token, rest_s)
             left_s = effect.lease_deadline - time.monotonic()
             if left_s < self._settings.lease_s / 2:
                 # Waited too long for its turn: sending now could outlive the lease
@@ -118,10 +118,21 @@ class Delivery:
                 0.001, min(endpoint.timeout_s, effect.lease_deadline - time.monotonic())
             )
             sent = await self._send(endpoint, effect, timeout_s)
-            self._breakers.outcome(endpoint.name, sent.outcome)
+            if sent.outcome == "gone":
+                self._gone.add(endpoint.name)
         duration_s = time.perf_counter() - t0
         self._metrics.attempt_time(effect.endpoint).observe(duration_s)
         return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+
+    def _rest_s(self, endpoint: Endpoint) -> float | None:
+        """Seconds to hand the effect back for (None: send now)."""
+        if endpoint.name in self._gone or not endpoint.enabled:
+            return 0.0
+        until = endpoint.resting_until
+        if until is None:
+            return None
+        left_s = (until - dt.datetime.now(dt.UTC)).total_seconds()
+        return left_s if left_s > 0 else None
 
     async def _send(self, endpoint: Endpoint, effect: store.Claimed, timeout_s: float) -> Sent:
         """The channel's answer; a channel bug becomes a recorded attempt, not a lost effect."""

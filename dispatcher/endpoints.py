@@ -57,15 +57,20 @@ class Endpoint:
     timeout_s: float
     retry_schedule_s: tuple[float, ...] | None
     rate_limit_per_s: float | None
+    max_in_flight: int | None
+    ordered: bool
     enabled: bool
     paused_reason: str | None
     paused_at: dt.datetime | None
     created_at: dt.datetime
     updated_at: dt.datetime
+    # Shared state (endpoint_budgets), not configuration: the circuit breaker rests
+    # the endpoint for every dispatcher until then.
+    resting_until: dt.datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any] | RowMapping) -> Endpoint:
-        values = {f.name: row[f.name] for f in dataclasses.fields(cls)}
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row}
         if values["retry_schedule_s"] is not None:
             values["retry_schedule_s"] = tuple(values["retry_schedule_s"])
         return cls(**values)
@@ -127,6 +132,8 @@ def add_webhook(
     timeout_s: float = 10.0,
     retry_schedule_s: Sequence[float] | None = None,
     rate_limit_per_s: float | None = None,
+    max_in_flight: int | None = None,
+    ordered: bool = False,
 ) -> tuple[Endpoint, str]:
     """Register a webhook endpoint; returns it and its signing secret (shown once)."""
     secret = check_signing_secret(signing_secret or generate_signing_secret())
@@ -139,6 +146,8 @@ def add_webhook(
         timeout_s=timeout_s,
         retry_schedule_s=retry_schedule_s,
         rate_limit_per_s=rate_limit_per_s,
+        max_in_flight=max_in_flight,
+        ordered=ordered,
     ), secret
 
 
@@ -156,6 +165,8 @@ def add_email(
     timeout_s: float = 10.0,
     retry_schedule_s: Sequence[float] | None = None,
     rate_limit_per_s: float | None = None,
+    max_in_flight: int | None = None,
+    ordered: bool = False,
 ) -> Endpoint:
     if smtp_tls not in ("none", "starttls", "tls"):
         raise InvalidRequest(
@@ -188,7 +199,16 @@ def add_email(
         timeout_s=timeout_s,
         retry_schedule_s=retry_schedule_s,
         rate_limit_per_s=rate_limit_per_s,
+        max_in_flight=max_in_flight,
+        ordered=ordered,
     )
+
+
+def check_limits(rate_limit_per_s: float | None, max_in_flight: int | None) -> None:
+    if rate_limit_per_s is not None and rate_limit_per_s <= 0:
+        raise InvalidRequest("rate_limit_per_s", "must be positive", "give e.g. 50, or null")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise InvalidRequest("max_in_flight", "must be 1 or more", "give e.g. 10, or null")
 
 
 def _insert(conn: Connection, **values: Any) -> Endpoint:
@@ -196,6 +216,7 @@ def _insert(conn: Connection, **values: Any) -> Endpoint:
         raise InvalidRequest("name", "is empty", "name the endpoint, e.g. billing-webhook")
     if values["timeout_s"] <= 0:
         raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
+    check_limits(values["rate_limit_per_s"], values["max_in_flight"])
     row = {
         "url": None,
         "signing_secret": None,
@@ -233,4 +254,11 @@ def pause(conn: Connection, name: str, reason: str) -> None:
 def resume(conn: Connection, name: str) -> None:
     if conn.execute(_Q["resume_endpoint"], {"name": name}).first() is None:
         raise NotFound(f"no endpoint named {name!r}")
+    reset_budget(conn, name)
     wakeup.notify(conn, "resumed")
+
+
+def reset_budget(conn: Connection, name: str) -> None:
+    """Resumed or reconfigured: the failing streak and the rest end, and the leased
+    count is taken afresh (it is kept only while ``max_in_flight`` is set)."""
+    conn.execute(_Q["reset_budget"], {"name": name})

@@ -1,4 +1,5 @@
 """Operator actions: requeue, cancel, pause, resume, bulk requeue, recover; each audited.
+The system's one action, the automatic disable of a failing endpoint, too.
 
 Every action writes its ``operator_actions`` row in the same transaction as the
 change itself, so there is no change without its record and no record of a
@@ -25,6 +26,9 @@ _Q = queries_beside(__file__, "operations.sql")
 log = logging.getLogger(__name__)
 
 MAX_BULK_CAP = 10_000
+# "Failing continuously" needs this many failed attempts besides the time, so
+# that one failure days ago does not disable an endpoint that was merely idle.
+AUTO_DISABLE_MIN_FAILURES = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,3 +188,19 @@ def _capped_requeue(
 def _describe(flt: EffectFilter) -> str:
     parts = [f"{k}={v}" for k, v in dataclasses.asdict(flt).items() if v is not None]
     return " ".join(str(p) for p in parts)
+
+
+def auto_disable(conn: Connection, after_s: float) -> list[str]:
+    """Pause every endpoint failing continuously for ``after_s``; their names.
+
+    Recorded as an operator action by ``system`` with the reason (also the
+    endpoint's ``paused_reason``); ``outbox endpoints resume`` undoes it.
+    """
+    params = {"after_s": after_s, "min_failures": AUTO_DISABLE_MIN_FAILURES}
+    done = conn.execute(_Q["auto_disable"], params).all()
+    for name, reason in done:
+        log.warning(
+            "endpoint disabled automatically",
+            extra={"event": "endpoint.auto_disabled", "endpoint": name, "reason": reason},
+        )
+    return [name for name, _ in done]

@@ -76,3 +76,29 @@ SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token 
     lease_expires_at = NULL, updated_at = now()
 WHERE state = 'dead' AND endpoint = :endpoint AND updated_at >= :since AND purged_at IS NULL
 RETURNING idempotency_key;
+
+-- name: auto_disable
+-- An endpoint failing continuously (no delivery since the first failure of its
+-- current streak, which began :after_s or more ago, and at least :min_failures
+-- failed attempts) is paused by the system, with the reason, in the same
+-- statement as its operator_actions row (actor 'system'). Run by every
+-- dispatcher; "AND ep.enabled" lets exactly one of them do it.
+WITH disabled AS (
+    UPDATE endpoints ep SET
+        enabled = false,
+        paused_reason = 'disabled automatically: failing continuously since '
+            || to_char(b.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            || ' (' || b.failures || ' failed attempts, no delivery since)',
+        paused_at = now(), updated_at = now()
+    FROM endpoint_budgets b
+    WHERE b.endpoint = ep.name AND ep.enabled
+      AND b.failing_since <= now() - make_interval(secs => :after_s)
+      AND b.failures >= :min_failures
+    RETURNING ep.name, ep.paused_reason, b.failing_since, b.failures
+)
+INSERT INTO operator_actions (actor, action, target, reason, details)
+SELECT 'system', 'disable_endpoint', name, paused_reason,
+       jsonb_build_object('failing_since', failing_since, 'failures', failures,
+                          'after_s', CAST(:after_s AS float8))
+FROM disabled
+RETURNING target, reason;

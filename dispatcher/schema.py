@@ -11,7 +11,8 @@ Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
 whose ``next_attempt_at`` has passed is claimable again. One partial index,
-``ix_effects_due``, therefore serves both first claims and expired-lease reclaims.
+``ix_effects_due`` (by endpoint, then due time), therefore serves both first
+claims and expired-lease reclaims.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ endpoints = sa.Table(
     # delivery policy
     sa.Column("timeout_s", sa.Float, nullable=False, server_default="10"),
     sa.Column("retry_schedule_s", pg.ARRAY(sa.Float)),  # NULL: the dispatcher's default
-    sa.Column("rate_limit_per_s", sa.Float),  # NULL: unlimited
+    sa.Column("rate_limit_per_s", sa.Float),  # NULL: unlimited (all dispatchers together)
+    sa.Column("max_in_flight", sa.Integer),  # NULL: unlimited (all dispatchers together)
+    # Per-key ordering: an effect waits for earlier unfinished ones with its ordering_key.
+    sa.Column("ordered", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("paused_reason", sa.Text),
     _ts("paused_at"),
@@ -93,6 +97,31 @@ endpoints = sa.Table(
         name="email_has_smtp",
     ),
     sa.CheckConstraint("timeout_s > 0", name="timeout_positive"),
+    sa.CheckConstraint("max_in_flight IS NULL OR max_in_flight > 0", name="max_in_flight_positive"),
+)
+
+# What every dispatcher shares about an endpoint, one row each (a trigger adds it
+# with the endpoint), written by the claim and the record statements: the rate
+# limit's token bucket, the leased count behind max_in_flight (kept only while
+# the endpoint has one), and the failing streak behind the circuit breaker and
+# the automatic disable. Machine state, apart from the audited configuration.
+endpoint_budgets = sa.Table(
+    "endpoint_budgets",
+    metadata,
+    sa.Column(
+        "endpoint",
+        sa.Text,
+        sa.ForeignKey("endpoints.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("tokens", sa.Float, nullable=False, server_default="0"),
+    _ts("refilled_at", nullable=False, default_now=True),
+    sa.Column("in_flight", sa.Integer, nullable=False, server_default="0"),
+    # Failed attempts since the last delivery, and when the first of them started.
+    sa.Column("failures", sa.Integer, nullable=False, server_default="0"),
+    _ts("failing_since"),
+    # The circuit breaker: no dispatcher claims for the endpoint before this.
+    _ts("resting_until"),
 )
 
 # The batch-commit marker. Its insert is the fence: the unique (job, batch_id)
@@ -159,11 +188,23 @@ effects = sa.Table(
     sa.CheckConstraint("jsonb_typeof(payload) = 'object'", name="payload_is_object"),
     sa.CheckConstraint("attempt_count >= 0", name="attempt_count_non_negative"),
     sa.CheckConstraint("(job IS NULL) = (batch_id IS NULL)", name="job_and_batch_together"),
-    # Claiming: due rows only, in due order. Small, because finished rows leave it.
+    # Claiming: due rows only, per endpoint in due order (each endpoint's share of a
+    # claim is one range of it). Small, because finished rows leave it.
     sa.Index(
         "ix_effects_due",
+        "endpoint",
         "next_attempt_at",
         postgresql_where=sa.text("state IN ('pending', 'leased')"),
+    ),
+    # Per-key ordering: the probe for an earlier unfinished effect with the same key.
+    # Rows without an ordering key never enter it (the unordered path pays nothing).
+    sa.Index(
+        "ix_effects_ordering",
+        "endpoint",
+        "ordering_key",
+        "created_at",
+        "id",
+        postgresql_where=sa.text("ordering_key IS NOT NULL AND state IN ('pending', 'leased')"),
     ),
     # Audit lookups. Each ends in (created_at, id), the keyset of the search's
     # ORDER BY created_at DESC, id DESC: rows of one batch share created_at

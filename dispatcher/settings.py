@@ -18,6 +18,8 @@ from dispatcher.errors import ConfigurationError, InvalidInput
 
 # Svix's schedule: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
 DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+# Svix disables an endpoint after 5 days of failing.
+DEFAULT_AUTO_DISABLE_AFTER_S = 5 * 86400.0
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -121,6 +123,8 @@ class Settings:
     retention_older_than_s: float = 0.0
     retention_interval_s: float = 3600.0
     retention_batch_size: int = 1000
+    # An endpoint failing continuously this long is disabled automatically (0: never).
+    auto_disable_after_s: float = DEFAULT_AUTO_DISABLE_AFTER_S
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
@@ -169,6 +173,9 @@ class Settings:
             or defaults.retry_schedule_s,
             retry_after_cap_s=_env_float(
                 env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
+            ),
+            auto_disable_after_s=_env_float(
+                env, "OUTBOX_AUTO_DISABLE_AFTER_S", defaults.auto_disable_after_s
             ),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
             metrics_host=env.get("OUTBOX_METRICS_HOST", defaults.metrics_host),

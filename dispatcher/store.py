@@ -10,17 +10,18 @@ autocommit (``ENGINE_OPTIONS``): one round trip per call, no BEGIN/COMMIT.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import health
+from dispatcher import health, operations
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "store.sql")
@@ -43,6 +44,7 @@ ENGINE_OPTIONS: dict[str, Any] = {
         "enable_bitmapscan": "off",
         "enable_sort": "off",
         "synchronous_commit": "off",
+        "jit": "off",
     },
 }
 
@@ -138,7 +140,17 @@ def record(
     with engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
         conn.execute(_Q["durable_commit"])
         rows = conn.execute(_Q["record"], params).all()
+    ended = collections.Counter(str(row[3]) for row in rows if row[3] is not None)
+    if ended:
+        leases_ended(engine, ended)
     return {(int(row[0]), str(row[1])): bool(row[2]) for row in rows}
+
+
+def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:
+    """Take recorded leases off their endpoints' max_in_flight counts (store.sql)."""
+    params = {"endpoints": list(ended), "ended": list(ended.values())}
+    with engine.begin() as conn:
+        conn.execute(_Q["leases_ended"], params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +183,12 @@ def due_soon(engine: Engine, within_s: float) -> bool:
 def queue_stats(engine: Engine) -> health.QueueStats:
     with engine.connect() as conn:
         return health.queue_stats(conn)
+
+
+def auto_disable(engine: Engine, after_s: float) -> list[str]:
+    """Disable the endpoints failing continuously for ``after_s`` (docs/dispatcher.md)."""
+    with engine.begin() as conn:
+        return operations.auto_disable(conn, after_s)
 
 
 def heartbeat(engine: Engine, worker_id: str, in_flight: int, delivered: int, failed: int) -> None:

@@ -1,16 +1,71 @@
 -- name: claim
 -- Lease up to :limit due effects (first claims and expired leases alike; the
--- due_effects view is the one definition of "due", read in ix_effects_due
--- order); SKIP LOCKED lets any number of workers claim side by side. A key
--- already in the key ledger is marked delivered here instead of leased: never
--- sent twice by us. The dispatcher's connections keep this on ix_effects_due
--- (store.ENGINE_OPTIONS).
-WITH due AS (
-    SELECT e.id, e.idempotency_key
-    FROM due_effects e
-    ORDER BY e.next_attempt_at
+-- due_effects view is the one definition of "due"), taking each endpoint's share
+-- from its own range of ix_effects_due, endpoints in a random order per claim (so
+-- no endpoint's backlog starves another's); SKIP LOCKED lets any number of
+-- workers claim side by side. Limits hold for all dispatchers together: an
+-- endpoint with a rate limit or max_in_flight has its endpoint_budgets row locked
+-- and spent in this same statement (its share is at most the tokens left and the
+-- room under max_in_flight); a resting (circuit breaker) or paused endpoint gets
+-- no share, and an endpoint held back is never walked. A key already in the key
+-- ledger is marked delivered here instead of leased: never sent twice by us.
+WITH RECURSIVE present(endpoint) AS (
+    -- The endpoints with unfinished effects, one descent of ix_effects_due each
+    -- (a loose index scan): idle endpoints cost nothing, unregistered ones are
+    -- found too (the worker dead-letters their effects with the reason).
+    SELECT min(f.endpoint) FROM effects f WHERE f.state IN ('pending', 'leased')
+    UNION ALL
+    SELECT (SELECT min(f.endpoint) FROM effects f
+            WHERE f.state IN ('pending', 'leased') AND f.endpoint > p.endpoint)
+    FROM present p WHERE p.endpoint IS NOT NULL
+), turns AS (
+    SELECT p.endpoint, ep.rate_limit_per_s AS rate_per_s, ep.max_in_flight,
+           (ep.rate_limit_per_s IS NOT NULL OR ep.max_in_flight IS NOT NULL) AS limited
+    FROM present p
+    LEFT JOIN endpoints ep ON ep.name = p.endpoint
+    LEFT JOIN endpoint_budgets b ON b.endpoint = p.endpoint
+    WHERE p.endpoint IS NOT NULL
+      -- Paused endpoints' rows are not due (the view); skipping them here keeps a
+      -- paused endpoint's backlog from being walked on every claim.
+      AND COALESCE(ep.enabled, true)
+      AND (b.resting_until IS NULL OR b.resting_until <= now())
+    ORDER BY random()
+), due AS (
+    -- A limited endpoint's budget row is locked before its share is computed, so
+    -- two dispatchers never spend the same tokens (the lock lasts one statement);
+    -- while another claim holds it, this claim skips the endpoint (share 0): a
+    -- claim never waits for a lock.
+    SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
+           e.id, e.idempotency_key, e.state
+    FROM turns t
+    LEFT JOIN LATERAL (
+        -- The bucket refilled to this moment (NULL without a rate limit), the room
+        -- under max_in_flight (NULL without one): the share is the least of them.
+        SELECT CASE WHEN t.rate_per_s IS NOT NULL THEN
+                   LEAST(GREATEST(1.0, t.rate_per_s),
+                         b.tokens + t.rate_per_s * GREATEST(0.0, EXTRACT(
+                             EPOCH FROM clock_timestamp() - b.refilled_at)))
+               END AS tokens,
+               t.max_in_flight - b.in_flight AS room,
+               clock_timestamp() AS at
+        FROM endpoint_budgets b
+        WHERE b.endpoint = t.endpoint AND t.limited
+        FOR UPDATE OF b SKIP LOCKED
+    ) s ON true
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.idempotency_key, e.state
+        FROM due_effects e
+        WHERE e.endpoint = t.endpoint
+        ORDER BY e.next_attempt_at
+        -- (LEAST ignores NULLs: a limit the endpoint does not have.) No budget row
+        -- in hand (another claim holds it): no share this time.
+        LIMIT CASE WHEN NOT t.limited THEN :limit
+                   WHEN s.at IS NULL THEN 0
+                   ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
+              END
+        FOR UPDATE OF e SKIP LOCKED
+    ) e
     LIMIT :limit
-    FOR UPDATE OF e SKIP LOCKED
 ), known AS MATERIALIZED (
     -- One probe of the ledger's key index per claimed row: a join here let the
     -- planner hash the whole ledger on every claim (O(ledger) per claim).
@@ -18,6 +73,20 @@ WITH due AS (
                     WHERE k.idempotency_key = due.idempotency_key
                       AND k.state = 'delivered') AS delivered_at
     FROM due
+), spent AS (
+    -- The limited endpoints' budgets: tokens taken (refilled to this moment first),
+    -- and the newly leased rows counted while max_in_flight is set.
+    UPDATE endpoint_budgets b SET
+        tokens = COALESCE(n.tokens - n.taken, b.tokens),
+        refilled_at = CASE WHEN n.tokens IS NULL THEN b.refilled_at ELSE n.at END,
+        in_flight = b.in_flight + n.leased
+    FROM (SELECT due.endpoint, max(due.tokens) AS tokens, max(due.at) AS at, count(*) AS taken,
+                 count(*) FILTER (WHERE due.counted AND due.state = 'pending'
+                                    AND known.delivered_at IS NULL) AS leased
+          FROM due JOIN known ON known.id = due.id
+          WHERE due.limited
+          GROUP BY due.endpoint) n
+    WHERE b.endpoint = n.endpoint
 )
 UPDATE effects e SET
     state = CASE WHEN known.delivered_at IS NULL THEN 'leased' ELSE 'delivered' END,
@@ -71,7 +140,8 @@ WITH r AS (
         updated_at = now()
     FROM r
     WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
-    RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error
+    RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error,
+              r.started_at
 ), ledger AS (
     INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
     SELECT idempotency_key, endpoint, payload_sha256, now() FROM updated
@@ -83,6 +153,27 @@ WITH r AS (
     FROM (SELECT endpoint, min(error) AS reason FROM updated WHERE outcome = 'gone'
           GROUP BY endpoint) g
     WHERE p.name = g.endpoint AND p.enabled
+), streak AS (
+    -- What all dispatchers share (endpoint_budgets): a delivery ends the failing
+    -- streak and the rest; a failure extends the streak, and from the 5th in a row
+    -- the endpoint rests (1 s, doubling, at most 60 s): no dispatcher claims for it.
+    -- A healthy endpoint writes nothing here (the hot path), so a durable record
+    -- never holds a budget row that claims need (they would skip the endpoint).
+    UPDATE endpoint_budgets b SET
+        failures = CASE WHEN s.delivered > 0 THEN 0 ELSE b.failures + s.failed END,
+        failing_since = CASE WHEN s.delivered > 0 THEN NULL
+                             ELSE COALESCE(b.failing_since, s.first_failed_at) END,
+        resting_until = CASE
+            WHEN s.delivered > 0 THEN NULL
+            WHEN b.failures + s.failed >= 5
+                THEN now() + make_interval(secs => LEAST(60, 2 ^ LEAST(b.failures + s.failed - 5, 6)))
+            ELSE b.resting_until END
+    FROM (SELECT u.endpoint,
+                 count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,
+                 count(*) FILTER (WHERE u.outcome <> 'delivered') AS failed,
+                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at
+          FROM updated u GROUP BY u.endpoint) s
+    WHERE b.endpoint = s.endpoint AND (s.failed > 0 OR b.failures > 0)
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
                                    duration_ms, outcome, status_code, error_class, error,
@@ -96,21 +187,45 @@ WITH r AS (
     WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
 )
 -- (tokens as text: the driver would parse every one into a uuid.UUID and back)
-SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
+-- (and, for a lease that ended on an endpoint with max_in_flight, its endpoint:
+-- store.record then takes it off the count, see leases_ended)
+SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u),
+       (SELECT u.endpoint FROM updated u JOIN endpoints ep ON ep.name = u.endpoint
+        WHERE u.id = r.id AND u.token = r.token AND ep.max_in_flight IS NOT NULL)
 FROM r;
+
+-- name: leases_ended
+-- Recorded leases leave their endpoint's max_in_flight count: right after the
+-- record's durable commit, in a statement of its own that commits at once
+-- (asynchronously), so the budget row a claim locks is held for microseconds,
+-- never for a WAL flush. (A crash between the two leaves the count high by that
+-- batch, holding the endpoint back, never letting it exceed its limit, until an
+-- operator changes its limits or resumes it, which recounts.)
+UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+FROM unnest(CAST(:endpoints AS text[]), CAST(:ended AS int[])) AS n(endpoint, ended)
+WHERE b.endpoint = n.endpoint;
 
 -- name: release
 -- Hand back leases of claimed-but-unsent effects (shutdown, a paused endpoint,
--- an open circuit breaker): due again after :delays_s, and the attempt that
--- never happened is not counted.
-UPDATE effects e SET state = 'pending', next_attempt_at = now() + make_interval(secs => r.delay_s),
-                     attempt_count = GREATEST(e.attempt_count - 1, 0),
-                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-                     updated_at = now()
-FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:delays_s AS float8[]))
-     AS r(id, token, delay_s)
-WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
-RETURNING e.id;
+-- a resting one): due again after :delays_s, and the attempt that never
+-- happened is not counted; the lease leaves its endpoint's max_in_flight count.
+WITH released AS (
+    UPDATE effects e SET state = 'pending',
+                         next_attempt_at = now() + make_interval(secs => r.delay_s),
+                         attempt_count = GREATEST(e.attempt_count - 1, 0),
+                         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                         updated_at = now()
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:delays_s AS float8[]))
+         AS r(id, token, delay_s)
+    WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
+    RETURNING e.id, e.endpoint
+), freed AS (
+    UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+    FROM (SELECT endpoint, count(*) AS ended FROM released GROUP BY endpoint) n
+    JOIN endpoints ep ON ep.name = n.endpoint AND ep.max_in_flight IS NOT NULL
+    WHERE b.endpoint = n.endpoint
+)
+SELECT id FROM released;
 
 -- name: due_soon
 -- For --until-idle: is anything claimable due now, or within :within_s?

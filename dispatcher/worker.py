@@ -8,7 +8,7 @@ never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat, progress; retention when configured) are named and a crash of any
+heartbeat, progress; retention and auto_disable when configured) are named and a crash of any
 stops the worker with a non-zero exit; signals are installed by the CLI, not
 here. Nothing a receiver or an effect's data does can crash a side task: every
 attempt ends as a recorded outcome (``delivery``, ``recorder``).
@@ -106,6 +106,8 @@ class Worker:
         if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
             side["retention"] = asyncio.create_task(purging, name="retention")
+        if self.settings.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
+            side["auto_disable"] = asyncio.create_task(self._auto_disable(), name="auto_disable")
         if self.settings.progress_interval_s > 0:
             side["progress"] = asyncio.create_task(self._progress(), name="progress")
         for task in side.values():
@@ -196,6 +198,13 @@ class Worker:
                 self._queue = stats
                 self.metrics.queue_depth.set(stats.depth)
                 self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _auto_disable(self) -> None:
+        """Every heartbeat interval: disable endpoints failing for too long (one
+        dispatcher does it; the others find nothing left to do)."""
+        while True:
+            await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
             await asyncio.sleep(self.settings.heartbeat_interval_s)
 
     async def _progress(self) -> None:

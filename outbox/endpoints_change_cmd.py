@@ -22,13 +22,21 @@ CLEAR = "none"
 
 
 def register(cmds: Any) -> None:
-    up = cmds.add_parser("update", help="change URL, timeout, retry schedule or rate limit")
+    up = cmds.add_parser("update", help="change URL, timeout, retry schedule, limits, ordering")
     up.add_argument("name")
     up.add_argument("--url", help="a new webhook URL, checked as on add (default: unchanged)")
     up.add_argument("--timeout-s", type=float, help="seconds per send (default: unchanged)")
     up.add_argument("--retry-schedule", help=f"e.g. 0,5,300; {CLEAR!r}: the dispatcher's default")
     up.add_argument(
         "--rate-limit-per-s", help=f"sends per second; {CLEAR!r}: unlimited (default: unchanged)"
+    )
+    up.add_argument(
+        "--max-in-flight", help=f"sends in flight; {CLEAR!r}: unlimited (default: unchanged)"
+    )
+    up.add_argument(
+        "--ordered",
+        choices=["on", "off"],
+        help="per-key ordering by ordering_key (default: unchanged)",
     )
     up.add_argument("--reason", required=True, help="why (kept in the audit trail)")
     up.set_defaults(handler=update)
@@ -73,14 +81,22 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
     if args.retry_schedule is not None:
         changes["retry_schedule_s"] = schedule(args.retry_schedule)
     if args.rate_limit_per_s is not None:
-        raw = args.rate_limit_per_s.strip().lower()
-        try:
-            changes["rate_limit_per_s"] = None if raw == CLEAR else float(raw)
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"--rate-limit-per-s {raw!r}: give a number, or {CLEAR!r} for unlimited"
-            ) from exc
+        changes["rate_limit_per_s"] = _limit("--rate-limit-per-s", args.rate_limit_per_s, float)
+    if args.max_in_flight is not None:
+        changes["max_in_flight"] = _limit("--max-in-flight", args.max_in_flight, int)
+    if args.ordered is not None:
+        changes["ordered"] = args.ordered == "on"
     return changes
+
+
+def _limit(option: str, raw: str, kind: type[float] | type[int]) -> float | int | None:
+    text = raw.strip().lower()
+    try:
+        return None if text == CLEAR else kind(text)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{option} {text!r}: give a number, or {CLEAR!r} for unlimited"
+        ) from exc
 
 
 def update(args: argparse.Namespace, settings: Settings) -> int:

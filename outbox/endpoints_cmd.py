@@ -103,7 +103,20 @@ def _policy_args(p: argparse.ArgumentParser) -> None:
         "$OUTBOX_RETRY_SCHEDULE_S)",
     )
     p.add_argument(
-        "--rate-limit-per-s", type=float, help="sends per second per dispatcher (default: no limit)"
+        "--rate-limit-per-s",
+        type=float,
+        help="sends per second, all dispatchers together (default: no limit)",
+    )
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        help="sends in flight at once, all dispatchers together (default: no limit)",
+    )
+    p.add_argument(
+        "--ordered",
+        action="store_true",
+        help="per-key ordering: an effect waits for earlier ones with its ordering_key "
+        "(default: off)",
     )
     p.add_argument("--reason", default=ADD_REASON, help=f"for the audit (default {ADD_REASON!r})")
     p.add_argument("--json", action="store_true")
@@ -159,6 +172,8 @@ def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
                 timeout_s=args.timeout_s,
                 retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
+                max_in_flight=args.max_in_flight,
+                ordered=args.ordered,
             )
     finally:
         engine.dispose()
@@ -204,6 +219,8 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 timeout_s=args.timeout_s,
                 retry_schedule_s=schedule(args.retry_schedule),
                 rate_limit_per_s=args.rate_limit_per_s,
+                max_in_flight=args.max_in_flight,
+                ordered=args.ordered,
             )
     finally:
         engine.dispose()

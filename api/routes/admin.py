@@ -52,8 +52,10 @@ def create_webhook(
 def update_endpoint(
     conn: Conn, token: Operator, name: Name, body: EndpointUpdate
 ) -> EndpointPublic:
-    """Change URL, timeout, retry schedule or rate limit; audited with old -> new values."""
+    """Change URL, timeout, retry schedule, limits or ordering; audited with old -> new values."""
     changes = body.model_dump(include=body.model_fields_set - {"reason"})
+    if changes.get("ordered", False) is None:
+        changes.pop("ordered")  # null: unchanged (ordering is on or off, never unset)
     updated = admin.update_endpoint(conn, name, changes, actor=token.name, reason=body.reason)
     return EndpointPublic.model_validate(updated)
 

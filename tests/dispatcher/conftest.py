@@ -40,6 +40,9 @@ class Receiver:
 
     def __init__(self) -> None:
         self.requests: list[Seen] = []
+        # Requests being answered right now, and the most at once, per path.
+        self.in_flight: dict[str, int] = {}
+        self.most_in_flight: dict[str, int] = {}
         self._scripts: dict[str, list[Reply]] = {}
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -76,9 +79,16 @@ class Receiver:
             )
             script = self._scripts.get(request.path, [Reply()])
             reply = script.pop(0) if len(script) > 1 else script[0]
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
-        return web.Response(status=reply.status, headers=reply.headers, text=reply.body)
+            now = self.in_flight[request.path] = self.in_flight.get(request.path, 0) + 1
+            most = self.most_in_flight.get(request.path, 0)
+            self.most_in_flight[request.path] = max(most, now)
+        try:
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            return web.Response(status=reply.status, headers=reply.headers, text=reply.body)
+        finally:
+            with self._lock:
+                self.in_flight[request.path] -= 1
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)

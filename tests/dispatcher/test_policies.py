@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
 from dispatcher import retry, signing, ssrf
-from dispatcher.breaker import THRESHOLD, Breakers
 from dispatcher.endpoints import generate_signing_secret, secret_bytes
 
 
@@ -194,27 +193,6 @@ def test_signatures_verify_with_the_standardwebhooks_package() -> None:
     assert Webhook(secret).verify(body, headers) == {"a": 1}
     with pytest.raises(Exception, match=r"(?i)signature"):
         Webhook(secret).verify(b'{"a": 2}', headers)
-
-
-def test_the_breaker_rests_a_failing_endpoint_and_closes_on_success() -> None:
-    breakers = Breakers()
-    for _ in range(THRESHOLD - 1):
-        breakers.outcome("hook", "retry")
-    assert breakers.rest_s("hook") is None  # not yet
-    breakers.outcome("hook", "retry")
-    first = breakers.rest_s("hook")
-    assert first is not None and 0 < first <= 1.0
-    breakers.outcome("hook", "retry")
-    second = breakers.rest_s("hook")
-    assert second is not None and second > first  # the cool-down doubles
-    breakers.outcome("hook", "delivered")
-    assert breakers.rest_s("hook") is None
-    breakers.outcome("hook", "gone")
-    assert breakers.rest_s("hook") == float("inf")
-    breakers.forget("hook")  # resumed by an operator
-    assert breakers.rest_s("hook") is None
-    assert breakers.rest_s("other") is None
-
 
 def test_allow_listing_0_0_0_0_8_does_not_open_the_ipv6_loopback_or_unspecified() -> None:
     for address in ("::", "::1"):

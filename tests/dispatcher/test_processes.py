@@ -120,14 +120,15 @@ def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(
     engine: Engine, db_url: str, receiver: Receiver, tmp_path: Path
 ) -> None:
     receiver.script("/hook", Reply(200, delay_s=1.0))
-    # One send a second: the worker claims 4, starts 1, the other 3 wait their turn.
-    _hook(engine, receiver.url(), rate_limit_per_s=0.2)
+    # One send at a time, each taking a second: the worker claims 4, starts 1, the
+    # other 3 wait their turn.
+    _hook(engine, receiver.url())
     procs.enqueue_many(engine, 4)
     env = procs.worker_env(db_url)
     port = free_port()
     worker = procs.start(
         env | {"OUTBOX_WORKER_ID": "w"},
-        *("--concurrency", "4", "--json", "--metrics-port", str(port)),
+        *("--concurrency", "1", "--claim-batch-size", "4", "--json", "--metrics-port", str(port)),
         log=tmp_path / "w.log",
     )
     procs.wait_for(lambda: len(receiver.seen()) == 1, 20, "the first send")
