@@ -4,7 +4,7 @@
 -- name: read_marker
 -- The replay check, and how an unknown COMMIT outcome is resolved: the marker says.
 SELECT run_id, result_rows, effects_total, effects_new, effects_deduplicated,
-       payload_mismatches, rejects
+       payload_mismatches, rejects, hold_reason
 FROM batches WHERE job = :job AND batch_id = :batch_id;
 
 -- name: endpoint_kinds
@@ -100,10 +100,11 @@ WHERE EXISTS (SELECT 1 FROM visible_effects v
                                 WHERE e.idempotency_key = d.idempotency_key));
 
 -- name: count_own_effects
--- The batch's new effects: the rows this run owns after the take-over
--- (ix_effects_job_batch_id_created_at_id: the rows of this batch).
-SELECT count(*) FROM effects
-WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id;
+-- The batch's new effects per endpoint (the volume guard's input): the rows
+-- this run owns after the take-over (ix_effects_job_batch_id_created_at_id).
+SELECT endpoint, count(*) FROM effects
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id
+GROUP BY endpoint;
 
 -- name: results_columns
 -- The results table's columns: result rows are applied by name, so names are checked.
@@ -124,7 +125,9 @@ ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 UPDATE batches
 SET result_rows = :result_rows, effects_total = :effects_total, effects_new = :effects_new,
     effects_deduplicated = :effects_deduplicated, payload_mismatches = :payload_mismatches,
-    rejects = :rejects, duration_s = :duration_s
+    rejects = :rejects, duration_s = :duration_s,
+    effects_new_by_endpoint = CAST(:by_endpoint AS jsonb),
+    hold_state = :hold_state, hold_reason = :hold_reason
 WHERE job = :job AND batch_id = :batch_id;
 
 -- name: delete_staging
