@@ -100,6 +100,8 @@ class BatchMarker:
     payload_mismatches: int
     rejects: int
     duration_s: float | None
+    hold_state: str | None  # the volume guard: held, released, cancelled (None: never held)
+    hold_reason: str | None
 
 
 @dataclasses.dataclass(frozen=True)

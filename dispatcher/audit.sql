@@ -52,14 +52,16 @@ LIMIT :limit;
 -- name: batch_marker
 -- The commit marker of one batch (uq_batches_job_batch_id).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
-       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
 FROM batches
 WHERE job = :job AND batch_id = :batch_id;
 
 -- name: batches_of_job
 -- A job's batches, newest first (ix_batches_job_committed_at).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
-       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
 FROM batches
 WHERE job = :job
 ORDER BY committed_at DESC, id DESC

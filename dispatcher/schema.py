@@ -128,6 +128,12 @@ batches = sa.Table(
     # (the visible_effects view looks the marker up by run_id).
     sa.UniqueConstraint("run_id"),
     sa.Index(None, "job", "committed_at"),
+    # /v1/status and /metrics: recent batches with payload mismatches (rare).
+    sa.Index(
+        "ix_batches_committed_at_mismatched",
+        "committed_at",
+        postgresql_where=sa.text("payload_mismatches > 0"),
+    ),
     # The claim's exclusion of held batches probes this tiny index.
     sa.Index("ix_batches_run_id_held", "run_id", postgresql_where=sa.text("hold_state = 'held'")),
 )

@@ -3,7 +3,8 @@
 - ``batches.hold_state`` (NULL: never held; ``held``, ``released``, ``cancelled``)
   and ``hold_reason``: the volume guard holds an outsized batch at its commit;
   its effects are visible (audit, support page) but not claimable until an
-  operator releases it. ``hold_resolved_at``: when it was released or cancelled.
+  operator releases it; /v1/status and /metrics find recent batches with payload
+  mismatches through a partial index. ``hold_resolved_at``: when it was released or cancelled.
   A partial index on the held markers' ``run_id`` keeps the claim's exclusion a
   probe of a tiny index (held batches are few).
 - ``batches.effects_new_by_endpoint``: the batch's new effects per endpoint
@@ -106,6 +107,13 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("hold_state = 'held'"),
     )
+    op.create_index(
+        op.f("ix_batches_committed_at_mismatched"),
+        "batches",
+        ["committed_at"],
+        unique=False,
+        postgresql_where=sa.text("payload_mismatches > 0"),
+    )
     op.execute(VISIBLE_EFFECTS)
     op.execute(CLAIMABLE_EFFECTS)
     op.execute(DUE_EFFECTS)
@@ -113,6 +121,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     _drop_views()
+    op.drop_index(
+        op.f("ix_batches_committed_at_mismatched"),
+        table_name="batches",
+        postgresql_where=sa.text("payload_mismatches > 0"),
+    )
     op.drop_index(
         op.f("ix_batches_run_id_held"),
         table_name="batches",
