@@ -15,6 +15,7 @@ from dispatcher import db
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox.database import database_url
+from spark_jobs.guard import VolumeGuard
 
 
 def register(sub: Any) -> None:
@@ -57,6 +58,20 @@ def register(sub: Any) -> None:
         help="stream mode: process what is there, then stop",
     )
     run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="batch mode: compute each date and preview it (new, unchanged and changed "
+        "effects, rejects, the volume guard's verdict); writes nothing",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="--dry-run: one JSON object per date (default: text)"
+    )
+    run.add_argument(
+        "--no-volume-guard",
+        action="store_true",
+        help="do not hold outsized batches (default: the guard is on, docs/spark.md)",
+    )
     run.set_defaults(handler=run_job)
 
 
@@ -82,6 +97,8 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.mode == "batch" and not args.date:
         raise ConfigurationError("batch mode: pass --date YYYY-MM-DD (one or more)")
+    if args.mode == "stream" and args.dry_run:
+        raise ConfigurationError("--dry-run previews batch mode only: pass --mode batch --date DAY")
     if args.mode == "stream" and args.checkpoint is None:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
@@ -89,10 +106,14 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
     try:
+        options = {"volume_guard": VolumeGuard.off()} if args.no_volume_guard else {}
         if args.mode == "batch":
             for date in args.date:
-                outcome = billing_run.run_batch(spark, args.input, date, url)
-                print(json.dumps(outcome, default=str), flush=True)
+                outcome = billing_run.run_batch(
+                    spark, args.input, date, url, dry_run=args.dry_run, **options
+                )
+                text = args.dry_run and not args.json
+                print(preview_text(outcome) if text else json.dumps(outcome, default=str))
             return 0
         queries = billing_run.start_stream(
             spark,
@@ -101,6 +122,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
             url,
             available_now=args.available_now,
             watermark=args.watermark,
+            **options,
         )
         stopping = _stop_on_signal()
         while not stopping.is_set():
@@ -117,6 +139,32 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         spark.stop()
+
+
+def preview_text(p: dict[str, Any]) -> str:
+    """A preview (spark_jobs.preview.BatchPreview as a dict) for a person."""
+    lines = [
+        f"{p['job']} / {p['batch_id']}: dry run, nothing written"
+        + (" (committed before: a write would be a replay)" if p["committed_before"] else ""),
+        f"  effects: {p['effects_total']} valid, {p['effects_new']} new "
+        f"{_by(p['new_by_endpoint'])}",
+        f"  stored with the same payload: {sum(p['same_payload'].values())} "
+        f"{_by(p['same_payload'])}",
+        f"  stored with another payload: {sum(p['different_payload'].values())} "
+        f"{_by(p['different_payload'])}",
+    ]
+    for ex in p["examples"]:
+        changes = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in ex["diff"].items())
+        lines.append(f"    {ex['idempotency_key'][:16]}… ({ex['state']}): {changes}")
+    lines.append(f"  rejects: {p['rejects']} {_by(p['reject_reasons'])}")
+    lines.append(f"  result rows: {p['result_rows']}")
+    verdict = f"HELD: {p['would_hold']}" if p["would_hold"] else "flows (not held)"
+    lines.append(f"  volume guard: {verdict}")
+    return "\n".join(lines)
+
+
+def _by(counts: dict[str, int]) -> str:
+    return "(" + ", ".join(f"{k}: {n}" for k, n in counts.items()) + ")" if counts else ""
 
 
 def _check_input(input_dir: Path, dates: list[str]) -> None:

@@ -33,12 +33,15 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-def _effects(spark: Any, first: int, n: int, version: int = 1) -> Any:
-    rows = [
+def _rows(first: int, n: int, version: int = 1) -> list[tuple[Any, ...]]:
+    return [
         (effect_key("valve", i), "hook", json.dumps({"n": i, "v": version}), None)
         for i in range(first, first + n)
     ]
-    return spark.createDataFrame(rows, EFFECT_SCHEMA)
+
+
+def _effects(spark: Any, first: int, n: int, version: int = 1) -> Any:
+    return spark.createDataFrame(_rows(first, n, version), EFFECT_SCHEMA)
 
 
 def _claimable(engine: Engine, batch_id: str) -> int:
@@ -67,7 +70,9 @@ def test_outsized_batch_is_held_until_released_and_a_cancelled_one_sends_nothing
         assert guarded.write(None, _effects(spark, first, 4), batch_id=batch_id).held_reason is None
     held = guarded.write(None, _effects(spark, 100, 20), batch_id="b3")
     assert held.status == "committed" and held.effects_new == 20
-    assert held.held_reason is not None and "20 new effects, above 3x the median 4" in held.held_reason
+    assert (
+        held.held_reason is not None and "20 new effects, above 3x the median 4" in held.held_reason
+    )
     assert (_claimable(engine, "b2"), _claimable(engine, "b3")) == (4, 0)
     _deliver(settings, engine)
     assert len(receiver.keys()) == 8  # b1 and b2 flowed; b3 waits
@@ -106,3 +111,52 @@ def test_outsized_batch_is_held_until_released_and_a_cancelled_one_sends_nothing
     free = sink(db_url, volume_guard=VolumeGuard.off(), results=None)
     assert free.write(None, _effects(spark, 500, 40), batch_id="b5").held_reason is None
     assert _claimable(engine, "b5") == 40
+
+
+LEFT_BEHIND = (
+    "SELECT (SELECT count(*) FROM batches), (SELECT count(*) FROM batch_runs), "
+    "(SELECT count(*) FROM deferred_effects), (SELECT count(*) FROM staged_rejects), "
+    "(SELECT count(*) FROM staged_results), (SELECT count(*) FROM rejects), "
+    "(SELECT last_value FROM effects_id_seq), "
+    "(SELECT string_agg(idempotency_key || state || payload::text, ',' ORDER BY id) FROM effects)"
+)
+
+
+def test_preview_reports_what_a_write_would_do_and_leaves_nothing_behind(
+    spark: Any, db_url: str, engine: Engine
+) -> None:
+    from outbox.spark_cmd import preview_text
+
+    insert_endpoint(engine, "hook")
+    guarded = sink(db_url, volume_guard=VolumeGuard(Limits(factor=3, min_effects=1, min_batches=1)))
+    guarded.write(None, _effects(spark, 0, 10), batch_id="b1")
+    before = table(engine, LEFT_BEHIND)
+    rows = [
+        *_rows(0, 5),  # stored, same payload
+        *_rows(5, 3, version=2),  # stored, another payload
+        *_rows(20, 40),  # new
+        *_rows(20, 1),  # a twin of a new key
+        (effect_key("valve", 90), "nope", "{}", None),  # unknown endpoint
+        ("not-a-key", "hook", "{}", None),
+    ]
+    preview = guarded.preview(None, spark.createDataFrame(rows, EFFECT_SCHEMA), batch_id="b1")
+    assert table(engine, LEFT_BEHIND) == before  # no row, no marker, no run, no id drawn
+    assert preview.committed_before is True
+    assert (preview.effects_total, preview.effects_new, preview.new_by_endpoint) == (
+        49,
+        40,
+        {"hook": 40},
+    )
+    assert (preview.same_payload, preview.different_payload) == ({"pending": 5}, {"pending": 3})
+    assert len(preview.examples) == 3
+    assert all(ex["diff"] == {"v": ["1", "2"]} for ex in preview.examples)
+    assert preview.rejects == 2 and any(
+        "no endpoint named 'nope'" in r for r in preview.reject_reasons
+    )
+    assert preview.would_hold is not None and "40 new effects, above 3x the median 10" in (
+        preview.would_hold
+    )
+    text = preview_text(dataclasses.asdict(preview))
+    assert "dry run, nothing written (committed before" in text
+    assert "stored with another payload: 3 (pending: 3)" in text
+    assert "volume guard: HELD: hook: 40 new effects" in text
