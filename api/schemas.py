@@ -58,6 +58,9 @@ class EffectRecordPublic(EffectPublic):
     ordering_key: str | None
     lease_owner: str | None
     lease_expires_at: Instant | None
+    supersedes: str | None = Field(
+        None, description="a correction: the key of the effect this one replaces"
+    )
 
 
 class AttemptPublic(Public):
@@ -95,6 +98,9 @@ class EffectDetailPublic(Public):
     effect: EffectRecordPublic
     attempts: list[AttemptPublic]
     batch: BatchPublic | None = Field(description="the commit marker of the producing batch")
+    superseded_by: list[str] = Field(
+        default_factory=list, description="keys of the corrections that replace this effect"
+    )
 
 
 class EffectPagePublic(Public):

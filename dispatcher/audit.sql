@@ -6,9 +6,17 @@ SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
-       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
+       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
+       supersedes
 FROM visible_effects
 WHERE idempotency_key = :key;
+
+-- name: superseded_by
+-- The corrections of an effect: the chain read backwards (ix_effects_supersedes).
+SELECT idempotency_key FROM visible_effects
+WHERE supersedes = :key
+ORDER BY created_at, id
+LIMIT 20;
 
 -- name: attempts_of_effect
 -- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt).

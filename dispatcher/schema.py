@@ -345,6 +345,7 @@ deferred_effects = sa.Table(
     sa.Column("payload_sha256", sa.Text, nullable=False),
     sa.Column("ordering_key", sa.Text),
     sa.Column("reference", sa.Text),
+    sa.Column("supersedes", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
     sa.Index(None, "run_id"),
 )

@@ -43,6 +43,7 @@ from spark_jobs.runs import read_marker
 
 log = logging.getLogger(__name__)
 _Q = queries_beside(__file__, "commit.sql")
+MISMATCH_KEYS_LOGGED = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +108,10 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
         result_rows = merge_results(conn, request, written)
         rejects = move_rejects(conn, request, written)
         conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
-        counts, by_endpoint = resolve_effects(conn, request, written, result_rows, rejects)
+        counts, by_endpoint, keys = resolve_effects(conn, request, written, result_rows, rejects)
         held = hold_reason(conn, request, by_endpoint)
         finish(conn, request, counts, by_endpoint, held, time.monotonic() - started)
+    warn_mismatches(request, counts.payload_mismatches, keys)
     return BatchOutcome(
         job=request.job,
         batch_id=request.batch_id,
@@ -193,9 +195,9 @@ def move_rejects(conn: Connection, request: CommitRequest, written: Written) -> 
 
 def resolve_effects(
     conn: Connection, request: CommitRequest, written: Written, result_rows: int, rejects: int
-) -> tuple[BatchCounts, dict[str, int]]:
-    """Under the visibility lock: deferred keys taken over or deduplicated; the counts
-    (and the new effects per endpoint, for the volume guard)."""
+) -> tuple[BatchCounts, dict[str, int], list[str]]:
+    """Under the visibility lock: deferred keys taken over or deduplicated; the counts,
+    the new effects per endpoint (for the volume guard) and a few mismatched keys."""
     params = {
         "job": request.job,
         "batch_id": request.batch_id,
@@ -203,9 +205,12 @@ def resolve_effects(
         "task_ids": written.ids("effects"),
     }
     mismatches = written.total("mismatches")
+    keys = [k for t in written.effect_tasks for k in (t.mismatch_keys or "").split()]
     if written.total("deferred"):
         conn.execute(_Q["take_over_deferred"], params)
-        mismatches += int(conn.execute(_Q["count_deferred_mismatches"], params).scalar_one())
+        deferred, deferred_keys = conn.execute(_Q["count_deferred_mismatches"], params).one()
+        mismatches += int(deferred)
+        keys += deferred_keys or []
     total = written.total("rows")
     by_endpoint = {str(e): int(n) for e, n in conn.execute(_Q["count_own_effects"], params)}
     new = sum(by_endpoint.values())
@@ -217,7 +222,36 @@ def resolve_effects(
         payload_mismatches=mismatches,
         rejects=rejects,
     )
-    return counts, by_endpoint
+    return counts, by_endpoint, keys
+
+
+def warn_mismatches(request: CommitRequest, mismatches: int, keys: list[str]) -> None:
+    """A committed batch met stored keys with another payload: the stored one was
+    kept. One WARNING per key (a few), naming the key only, never a payload."""
+    shown = sorted(set(keys))[:MISMATCH_KEYS_LOGGED]
+    for key in shown:
+        log.warning(
+            "payload mismatch: key %s was stored with another payload, which was kept; "
+            "send a correction (a revision) if the content changed",
+            key,
+            extra={
+                "event": "batch.payload_mismatch",
+                "idempotency_key": key,
+                "job": request.job,
+                "batch_id": request.batch_id,
+            },
+        )
+    if mismatches > len(shown):
+        log.warning(
+            "payload mismatches: %d more key(s) not listed",
+            mismatches - len(shown),
+            extra={
+                "event": "batch.payload_mismatch",
+                "job": request.job,
+                "batch_id": request.batch_id,
+                "mismatches": mismatches,
+            },
+        )
 
 
 def hold_reason(

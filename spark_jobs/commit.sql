@@ -63,10 +63,10 @@ SELECT pg_advisory_xact_lock(:lock_id);
 -- become this run's: never swallowed by a run that may never commit. Keys held
 -- by a visible effect are left alone (deduplicated), as are keys in the ledger.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
 SELECT DISTINCT ON (d.idempotency_key)
        d.idempotency_key, :job, :batch_id, d.run_id, d.endpoint, d.recipient, d.payload,
-       d.payload_sha256, d.ordering_key, d.reference, COALESCE(d.not_before, now())
+       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now())
 FROM deferred_effects d
 WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
   AND NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = d.idempotency_key)
@@ -75,15 +75,16 @@ ON CONFLICT (idempotency_key) DO UPDATE
 SET job = EXCLUDED.job, batch_id = EXCLUDED.batch_id, run_id = EXCLUDED.run_id,
     endpoint = EXCLUDED.endpoint, recipient = EXCLUDED.recipient, payload = EXCLUDED.payload,
     payload_sha256 = EXCLUDED.payload_sha256, ordering_key = EXCLUDED.ordering_key,
-    reference = EXCLUDED.reference, next_attempt_at = EXCLUDED.next_attempt_at,
+    reference = EXCLUDED.reference, supersedes = EXCLUDED.supersedes,
+    next_attempt_at = EXCLUDED.next_attempt_at,
     created_at = now(), updated_at = now()
 WHERE effects.run_id IS DISTINCT FROM EXCLUDED.run_id
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = effects.id);
 
 -- name: count_deferred_mismatches
 -- After the take-over: deferred keys that a visible effect of someone else kept,
--- with another payload (or the ledger's, when the effect was purged).
-SELECT count(*) FROM (
+-- with another payload (or the ledger's, when the effect was purged); a few keys.
+SELECT count(*), (array_agg(d.idempotency_key ORDER BY d.idempotency_key))[1:5] FROM (
     SELECT DISTINCT ON (d.idempotency_key) d.idempotency_key, d.payload_sha256
     FROM deferred_effects d
     WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)

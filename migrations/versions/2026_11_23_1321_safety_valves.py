@@ -11,6 +11,7 @@
   (``{"endpoint": n}``), the guard's baseline input; NULL on older markers.
 - ``effects.supersedes``: the key of the effect this one corrects (a revision,
   ``effect_key(..., revision=n)``); the audit shows the chain both ways.
+  ``deferred_effects.supersedes`` carries it through a deferred key.
 - ``claimable_effects`` (and so ``due_effects``) excludes the effects of held
   batches; ``visible_effects`` is re-created to carry ``supersedes``.
 
@@ -84,6 +85,7 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=sa.text("supersedes IS NOT NULL"),
     )
+    op.add_column("deferred_effects", sa.Column("supersedes", sa.Text(), nullable=True))
     op.add_column(
         "batches",
         sa.Column(
@@ -142,6 +144,7 @@ def downgrade() -> None:
         postgresql_where=sa.text("supersedes IS NOT NULL"),
     )
     op.drop_column("effects", "supersedes")
+    op.drop_column("deferred_effects", "supersedes")
     op.execute(VISIBLE_EFFECTS)
     op.execute(OLD_CLAIMABLE_EFFECTS)
     op.execute(DUE_EFFECTS)

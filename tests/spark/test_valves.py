@@ -160,3 +160,62 @@ def test_preview_reports_what_a_write_would_do_and_leaves_nothing_behind(
     assert "dry run, nothing written (committed before" in text
     assert "stored with another payload: 3 (pending: 3)" in text
     assert "volume guard: HELD: hook: 40 new effects" in text
+
+
+INVOICE_EFFECTS = "invoice_id string, revision int, amount long"
+
+
+def _invoice_effects(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.keys import effect_key_column, supersedes_column
+
+    df = spark.createDataFrame(rows, INVOICE_EFFECTS)
+    identity = ("invoice.issued", df.schema, "invoice_id")
+    return df.select(
+        effect_key_column(*identity, revision="revision").alias("idempotency_key"),
+        supersedes_column(*identity, revision="revision").alias("supersedes"),
+        F.lit("hook").alias("endpoint"),
+        F.to_json(F.struct("invoice_id", "amount")).alias("payload"),
+        F.col("invoice_id").alias("reference"),
+    )
+
+
+def test_a_correction_is_a_new_key_linked_both_ways_and_a_changed_rerun_is_surfaced(
+    spark: Any, db_url: str, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dispatcher import audit, health
+    from dispatcher.keys import superseded_key
+
+    insert_endpoint(engine, "hook")
+    plain = sink(db_url, results=None)
+    plain.write(None, _invoice_effects(spark, [("A", 1, 10), ("B", None, 20)]), batch_id="d1")
+    a1, b1 = effect_key("invoice.issued", "A"), effect_key("invoice.issued", "B")
+    assert {r[0] for r in table(engine, "SELECT idempotency_key FROM effects")} == {a1, b1}
+
+    # A re-run that computed another amount for B: counted, logged by key, on the status.
+    with caplog.at_level("WARNING", logger="spark_jobs.commit"):
+        rerun = plain.write(None, _invoice_effects(spark, [("B", 1, 25)]), batch_id="d1-rerun")
+    assert (rerun.effects_new, rerun.payload_mismatches) == (0, 1)
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "batch.payload_mismatch"]
+    assert [r.idempotency_key for r in warned] == [b1]  # type: ignore[attr-defined]
+    assert "25" not in caplog.text  # the key only, never the payload
+    with engine.connect() as conn:
+        status = health.status(conn)
+        assert [(m.batch_id, m.payload_mismatches) for m in status.payload_mismatches] == [
+            ("d1-rerun", 1)
+        ]
+        assert health.queue_gauges(conn).mismatches_24h == 1
+
+    # The supported path: revision 2 of B, a new key that names the one it supersedes.
+    fixed = plain.write(None, _invoice_effects(spark, [("B", 2, 25), ("C", 0, 5)]), batch_id="d2")
+    b2 = effect_key("invoice.issued", "B", revision=2)
+    assert (fixed.effects_new, fixed.rejects) == (1, 1)  # revision 0 names no key: a reject
+    assert superseded_key("invoice.issued", "B", revision=2) == b1
+    with engine.connect() as conn:
+        assert audit.effect_detail(conn, b1).superseded_by == [b2]
+        later = audit.effect_detail(conn, b2)
+    assert (later.effect.supersedes, later.effect.payload) == (
+        b1,
+        {"invoice_id": "B", "amount": 25},
+    )
