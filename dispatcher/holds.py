@@ -90,8 +90,9 @@ def _decide(
         raise NotFound(f"no committed batch {batch_id!r} of job {job!r}")
     if marker.hold_state != "held":
         state = marker.hold_state or "not held"
+        done = "released" if action == "release" else "cancelled"
         raise Conflict(
-            f"batch {batch_id!r} of job {job!r} is {state}; only a held batch can be {action}d"
+            f"batch {batch_id!r} of job {job!r} is {state}; only a held batch can be {done}"
         )
     params["run_id"] = marker.run_id
     count = int(conn.execute(_Q["count_held_effects"], params).scalar_one())
