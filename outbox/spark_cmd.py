@@ -15,7 +15,7 @@ from dispatcher import db
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox.database import database_url
-from spark_jobs.guard import VolumeGuard
+from spark_jobs.guard import Limits, VolumeGuard
 
 
 def register(sub: Any) -> None:
@@ -67,12 +67,59 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--json", action="store_true", help="--dry-run: one JSON object per date (default: text)"
     )
+    _guard_args(run)
+    run.set_defaults(handler=run_job)
+
+
+def _guard_args(run: argparse.ArgumentParser) -> None:
+    """The volume guard's limits for every endpoint of the job (spark_jobs.guard)."""
+    d = Limits()
     run.add_argument(
         "--no-volume-guard",
         action="store_true",
         help="do not hold outsized batches (default: the guard is on, docs/spark.md)",
     )
-    run.set_defaults(handler=run_job)
+    run.add_argument(
+        "--guard-factor",
+        type=float,
+        default=d.factor,
+        help=f"hold a batch above this many times the baseline (default {d.factor:g})",
+    )
+    run.add_argument(
+        "--guard-min-effects",
+        type=int,
+        default=d.min_effects,
+        help=f"the factor never holds fewer new effects (default {d.min_effects})",
+    )
+    run.add_argument(
+        "--guard-max-effects",
+        type=int,
+        help="hold any batch with more new effects for one endpoint (default: no cap)",
+    )
+    run.add_argument(
+        "--guard-window",
+        type=int,
+        default=d.window,
+        help=f"batches the baseline median is taken over (default {d.window})",
+    )
+    run.add_argument(
+        "--guard-min-batches", type=int, default=d.min_batches,
+        help=f"no baseline before this many batches (default {d.min_batches})",
+    )  # fmt: skip
+
+
+def volume_guard(args: argparse.Namespace) -> VolumeGuard:
+    if args.no_volume_guard:
+        return VolumeGuard.off()
+    return VolumeGuard(
+        Limits(
+            factor=args.guard_factor,
+            min_effects=args.guard_min_effects,
+            max_effects=args.guard_max_effects,
+            window=args.guard_window,
+            min_batches=args.guard_min_batches,
+        )
+    )
 
 
 def generate(args: argparse.Namespace, settings: Settings) -> int:
@@ -102,18 +149,19 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     if args.mode == "stream" and args.checkpoint is None:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
+    options = {"volume_guard": volume_guard(args)}  # a bad limit fails before Spark starts
     url = database_url(settings)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
     try:
-        options = {"volume_guard": VolumeGuard.off()} if args.no_volume_guard else {}
         if args.mode == "batch":
             for date in args.date:
                 outcome = billing_run.run_batch(
                     spark, args.input, date, url, dry_run=args.dry_run, **options
                 )
                 text = args.dry_run and not args.json
-                print(preview_text(outcome) if text else json.dumps(outcome, default=str))
+                shown = preview_text(outcome) if text else json.dumps(outcome, default=str)
+                print(shown, flush=True)
             return 0
         queries = billing_run.start_stream(
             spark,

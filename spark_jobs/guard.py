@@ -1,9 +1,10 @@
 """The volume guard: hold a batch whose new effects are far above the job's usual.
 
 Per (job, endpoint) the *baseline* is the median of the new effects that
-endpoint got in the job's last ``window`` committed batches (a batch without
-effects for it counts 0; held and cancelled batches do not count, released ones
-do). There is no baseline until ``min_batches`` such batches exist. A batch is
+endpoint got in the job's last ``window`` committed batches that gave it any
+(a stream's empty micro-batches do not drag the median to 0; held and cancelled
+batches do not count, released ones do). There is no baseline until
+``min_batches`` such batches exist. A batch is
 *held* when, for any endpoint, its new effects exceed ``max_effects`` (an
 absolute cap, off by default), or exceed ``factor`` x the baseline while being
 at least ``min_effects`` (small batches are never held by the factor rule).
