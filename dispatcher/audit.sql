@@ -4,6 +4,7 @@
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
        attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
        purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
@@ -41,6 +42,7 @@ WHERE idempotency_key = :key;
 -- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a batch's search.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error, purged_at
 FROM visible_effects

@@ -97,8 +97,8 @@ def _decide(
     params["run_id"] = marker.run_id
     count = int(conn.execute(_Q["count_held_effects"], params).scalar_one())
     if not dry_run:
-        if action == "cancel":
-            count = int(conn.execute(_Q["cancel_held_effects"], params).rowcount)
+        verb = "cancel_held_effects" if action == "cancel" else "release_held_effects"
+        count = int(conn.execute(_Q[verb], params).rowcount)
         state = "released" if action == "release" else "cancelled"
         conn.execute(_Q["resolve_hold"], params | {"hold_state": state})
         record_action(

@@ -28,6 +28,12 @@ WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id AND state = 'pend
 UPDATE batches SET hold_state = :hold_state, hold_resolved_at = now()
 WHERE job = :job AND batch_id = :batch_id AND hold_state = 'held';
 
+-- name: release_held_effects
+-- Due at once: the commit parked them at 'infinity', out of the claim's index range.
+UPDATE effects SET next_attempt_at = now(), updated_at = now()
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id AND state = 'pending'
+  AND next_attempt_at = 'infinity';
+
 -- name: cancel_held_effects
 -- A cancelled batch delivers nothing; its rows stay, so its keys stay known
 -- (a re-run deduplicates them, retention moves them to the key ledger).

@@ -282,6 +282,9 @@ def finish(
     duration_s: float,
 ) -> None:
     """Counts and hold on the marker, staging dropped, dispatchers notified: the COMMIT."""
+    if held is not None:
+        params = {"job": request.job, "batch_id": request.batch_id, "run_id": request.run_id}
+        conn.execute(_Q["hold_effects"], params)
     conn.execute(
         _Q["finish_marker"],
         {

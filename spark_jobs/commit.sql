@@ -122,6 +122,13 @@ FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.
 WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
+-- name: hold_effects
+-- A held batch's effects wait at the far end of the due index: the claim's range
+-- scan of ix_effects_due stops at now() and never walks them (a held batch is
+-- big by definition); a release makes them due again (dispatcher/holds.sql).
+UPDATE effects SET next_attempt_at = 'infinity'
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id AND state = 'pending';
+
 -- name: finish_marker
 UPDATE batches
 SET result_rows = :result_rows, effects_total = :effects_total, effects_new = :effects_new,

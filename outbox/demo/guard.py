@@ -1,8 +1,8 @@
 """The volume guard in the demo: an outsized day is held, then an operator releases it.
 
-The batch run bills one extra day with three times the customers (a bad join,
-say). The demo runs that job with a low bar (twice the median of the days
-billed before: ``GUARD_ARGS``) so a small demo shows it. The day commits but is
+The batch run bills one extra day with twice the customers (a bad join, say).
+The demo runs that job with a low bar (1.5 times the median of the days billed
+before: ``guard_args``) so a small demo shows it without many extra deliveries. The day commits but is
 held: while the dispatchers drain everything else, none of its effects is
 sent. Then ``outbox batches release`` counts it (``--dry-run``) and releases
 it, with a reason kept in the operator actions, and the drain delivers it.
@@ -23,13 +23,13 @@ from outbox.demo.procs import run_step
 from outbox.demo.progress import say
 
 JOB = "billing"
-CUSTOMERS_FACTOR = 3  # the outsized day's customers, times the usual
+CUSTOMERS_FACTOR = 2  # the outsized day's customers, times the usual
 REASON = "demo: the peak is real, checked with the billing team"
 
 
 def guard_args(batch_days: int) -> list[str]:
-    """The batch job's guard for the demo: a baseline after the first days, bar at 2x."""
-    return ["--guard-factor", "2", "--guard-min-batches", str(batch_days),
+    """The batch job's guard for the demo: a baseline after the first days, bar at 1.5x."""
+    return ["--guard-factor", "1.5", "--guard-min-batches", str(batch_days),
             "--guard-min-effects", "1"]  # fmt: skip
 
 

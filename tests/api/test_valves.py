@@ -19,7 +19,8 @@ REASON = "billing-webhook: 500 new effects, above 10x the median 20 of the last 
 
 
 def _held_batch(engine: Engine) -> list[str]:
-    """A batch the guard held (its rows carry the marker's run), and one with mismatches."""
+    """A batch the guard held (its rows carry the marker's run and are parked at
+    'infinity', as the commit leaves them), and one with mismatches."""
     with engine.begin() as conn:
         rows = [{"name": f"i{i}"} for i in range(3)]
         built = add_batch(conn, "billing", "2026-01-05", rows)
@@ -32,7 +33,7 @@ def _held_batch(engine: Engine) -> list[str]:
         )
         conn.execute(
             sa.text(
-                "UPDATE effects e SET run_id = b.run_id FROM batches b "
+                "UPDATE effects e SET run_id = b.run_id, next_attempt_at = 'infinity' FROM batches b "
                 "WHERE b.batch_id = '2026-01-05' AND e.batch_id = b.batch_id"
             )
         )
@@ -60,6 +61,8 @@ def test_a_held_batch_shows_everywhere_and_an_operator_releases_it(
     samples = _samples(client.get("/metrics").text)
     assert samples[("outbox_held_batches", ())] == 1 and samples[("outbox_held_effects", ())] == 3
     assert samples[("outbox_payload_mismatches_24h", ())] == 2
+    effect = client.get(f"/v1/effects/{keys[0]}", headers=api_tokens.auth("support")).json()
+    assert effect["effect"]["next_attempt_at"] is None  # parked: not scheduled while held
     client.cookies.set("outbox_session", api_tokens.support)
     effect_page = client.get(f"/ui/effects/{keys[0]}").text
     assert "held: batch billing / 2026-01-05 held because" in effect_page

@@ -104,7 +104,7 @@ def test_the_report_is_printed_timed_and_holds_no_secret(demo: Any) -> None:
 def test_the_volume_guard_held_the_outsized_day_until_its_release(demo: Any) -> None:
     report, stdout, _ = demo
     held = report["volume_guard"]
-    assert held["held"] and "above 2x the median" in held["reason"]
+    assert held["held"] and "above 1.5x the median" in held["reason"]
     assert set(held["states_while_held"]) == {"pending"}
     assert held["released"] == sum(held["states_while_held"].values()) > 0
     assert "committed but held" in stdout and "released" in stdout

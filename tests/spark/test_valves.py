@@ -77,6 +77,8 @@ def test_outsized_batch_is_held_until_released_and_a_cancelled_one_sends_nothing
     _deliver(settings, engine)
     assert len(receiver.keys()) == 8  # b1 and b2 flowed; b3 waits
     assert _states(engine, "b3") == {"pending": 20}
+    parked = "SELECT count(*) FROM effects WHERE batch_id = 'b3' AND next_attempt_at = 'infinity'"
+    assert table(engine, parked) == [(20,)]  # beyond the claim's index range
 
     with engine.begin() as conn:
         [listed] = holds.held_batches(conn)
