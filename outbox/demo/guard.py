@@ -2,10 +2,11 @@
 
 The batch run bills one extra day with twice the customers (a bad join, say).
 The demo runs that job with a low bar (1.5 times the median of the days billed
-before: ``guard_args``) so a small demo shows it without many extra deliveries. The day commits but is
-held: while the dispatchers drain everything else, none of its effects is
-sent. Then ``outbox batches release`` counts it (``--dry-run``) and releases
-it, with a reason kept in the operator actions, and the drain delivers it.
+before: ``guard_args``) so a small demo shows it without many extra
+deliveries. The day commits but is held: while the dispatchers drain
+everything else, none of its effects is sent. Then ``outbox batches release``
+counts it (``--dry-run``) and releases it, with a reason kept in the operator
+actions, and the drain delivers it.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ def _held_batch(engine: Engine) -> list[str]:
         )
         conn.execute(
             sa.text(
-                "UPDATE effects e SET run_id = b.run_id, next_attempt_at = 'infinity' FROM batches b "
-                "WHERE b.batch_id = '2026-01-05' AND e.batch_id = b.batch_id"
+                "UPDATE effects e SET run_id = b.run_id, next_attempt_at = 'infinity' "
+                "FROM batches b WHERE b.batch_id = '2026-01-05' AND e.batch_id = b.batch_id"
             )
         )
         add_batch(conn, "billing", "2026-01-04", [], payload_mismatches=2)
