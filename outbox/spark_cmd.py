@@ -194,17 +194,17 @@ def preview_text(p: dict[str, Any]) -> str:
     lines = [
         f"{p['job']} / {p['batch_id']}: dry run, nothing written"
         + (" (committed before: a write would be a replay)" if p["committed_before"] else ""),
-        f"  effects: {p['effects_total']} valid, {p['effects_new']} new "
+        f"  effects: {p['effects_total']} valid, {p['effects_new']} new"
         f"{_by(p['new_by_endpoint'])}",
-        f"  stored with the same payload: {sum(p['same_payload'].values())} "
+        f"  stored with the same payload: {sum(p['same_payload'].values())}"
         f"{_by(p['same_payload'])}",
-        f"  stored with another payload: {sum(p['different_payload'].values())} "
+        f"  stored with another payload: {sum(p['different_payload'].values())}"
         f"{_by(p['different_payload'])}",
     ]
     for ex in p["examples"]:
         changes = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in ex["diff"].items())
         lines.append(f"    {ex['idempotency_key'][:16]}… ({ex['state']}): {changes}")
-    lines.append(f"  rejects: {p['rejects']} {_by(p['reject_reasons'])}")
+    lines.append(f"  rejects: {p['rejects']}{_by(p['reject_reasons'])}")
     lines.append(f"  result rows: {p['result_rows']}")
     verdict = f"HELD: {p['would_hold']}" if p["would_hold"] else "flows (not held)"
     lines.append(f"  volume guard: {verdict}")
@@ -212,7 +212,7 @@ def preview_text(p: dict[str, Any]) -> str:
 
 
 def _by(counts: dict[str, int]) -> str:
-    return "(" + ", ".join(f"{k}: {n}" for k, n in counts.items()) + ")" if counts else ""
+    return " (" + ", ".join(f"{k}: {n}" for k, n in counts.items()) + ")" if counts else ""
 
 
 def _check_input(input_dir: Path, dates: list[str]) -> None:

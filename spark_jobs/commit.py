@@ -35,7 +35,7 @@ from dispatcher import db, wakeup
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.schema import VISIBILITY_LOCK_ID
 from dispatcher.sqlfile import queries_beside
-from spark_jobs import guard, phases
+from spark_jobs import guard, notices, phases
 from spark_jobs.chunks import TaskReport
 from spark_jobs.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
 from spark_jobs.results import ResultsSpec, apply_statement
@@ -43,7 +43,6 @@ from spark_jobs.runs import read_marker
 
 log = logging.getLogger(__name__)
 _Q = queries_beside(__file__, "commit.sql")
-MISMATCH_KEYS_LOGGED = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +110,7 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
         counts, by_endpoint, keys = resolve_effects(conn, request, written, result_rows, rejects)
         held = hold_reason(conn, request, by_endpoint)
         finish(conn, request, counts, by_endpoint, held, time.monotonic() - started)
-    warn_mismatches(request, counts.payload_mismatches, keys)
+    notices.batch_committed(request.job, request.batch_id, held, counts.payload_mismatches, keys)
     return BatchOutcome(
         job=request.job,
         batch_id=request.batch_id,
@@ -225,52 +224,12 @@ def resolve_effects(
     return counts, by_endpoint, keys
 
 
-def warn_mismatches(request: CommitRequest, mismatches: int, keys: list[str]) -> None:
-    """A committed batch met stored keys with another payload: the stored one was
-    kept. One WARNING per key (a few), naming the key only, never a payload."""
-    shown = sorted(set(keys))[:MISMATCH_KEYS_LOGGED]
-    for key in shown:
-        log.warning(
-            "payload mismatch: key %s was stored with another payload, which was kept; "
-            "send a correction (a revision) if the content changed",
-            key,
-            extra={
-                "event": "batch.payload_mismatch",
-                "idempotency_key": key,
-                "job": request.job,
-                "batch_id": request.batch_id,
-            },
-        )
-    if mismatches > len(shown):
-        log.warning(
-            "payload mismatches: %d more key(s) not listed",
-            mismatches - len(shown),
-            extra={
-                "event": "batch.payload_mismatch",
-                "job": request.job,
-                "batch_id": request.batch_id,
-                "mismatches": mismatches,
-            },
-        )
-
-
 def hold_reason(
     conn: Connection, request: CommitRequest, by_endpoint: dict[str, int]
 ) -> str | None:
     """The volume guard's verdict: why the batch is held, or None."""
     found = guard.baselines(conn, request.job, request.volume_guard, sorted(by_endpoint))
-    reason = guard.hold_reason(request.volume_guard, by_endpoint, found)
-    if reason is not None:
-        log.warning(
-            "batch held by the volume guard",
-            extra={
-                "event": "batch.held",
-                "job": request.job,
-                "batch_id": request.batch_id,
-                "reason": reason,
-            },
-        )
-    return reason
+    return guard.hold_reason(request.volume_guard, by_endpoint, found)
 
 
 def finish(

@@ -195,7 +195,7 @@ def test_a_correction_is_a_new_key_linked_both_ways_and_a_changed_rerun_is_surfa
     assert {r[0] for r in table(engine, "SELECT idempotency_key FROM effects")} == {a1, b1}
 
     # A re-run that computed another amount for B: counted, logged by key, on the status.
-    with caplog.at_level("WARNING", logger="spark_jobs.commit"):
+    with caplog.at_level("WARNING", logger="spark_jobs.notices"):
         rerun = plain.write(None, _invoice_effects(spark, [("B", 1, 25)]), batch_id="d1-rerun")
     assert (rerun.effects_new, rerun.payload_mismatches) == (0, 1)
     warned = [r for r in caplog.records if getattr(r, "event", "") == "batch.payload_mismatch"]
