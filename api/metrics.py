@@ -58,7 +58,7 @@ class QueueCollector(Collector):
             value=gauges.held.effects,
         )
         yield GaugeMetricFamily(
-            "outbox_payload_mismatches_24h",
+            "outbox_recent_payload_mismatches",
             "Stored keys met again with another payload by batches of the last 24 h",
             value=gauges.mismatches_24h,
         )

@@ -60,7 +60,7 @@ def test_a_held_batch_shows_everywhere_and_an_operator_releases_it(
     ]
     samples = _samples(client.get("/metrics").text)
     assert samples[("outbox_held_batches", ())] == 1 and samples[("outbox_held_effects", ())] == 3
-    assert samples[("outbox_payload_mismatches_24h", ())] == 2
+    assert samples[("outbox_recent_payload_mismatches", ())] == 2
     effect = client.get(f"/v1/effects/{keys[0]}", headers=api_tokens.auth("support")).json()
     assert effect["effect"]["next_attempt_at"] is None  # parked: not scheduled while held
     client.cookies.set("outbox_session", api_tokens.support)
