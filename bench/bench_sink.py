@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     )
     print(
         f"{'master':<10}{'parts':>6}  {'path':<22}{'seconds':>9}{'range':>13}{'rows/s':>10}"
-        f"{'vs jdbc':>9}  note"
+        f"{'vs off' if args.valves else 'vs jdbc':>9}  note"
     )
     print("\n".join(table))
     return 0
@@ -110,6 +110,11 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
                 )
         rows.unpersist()
     median = {name: statistics.median(s for s, _ in results) for name, results in runs.items()}
+    if args.valves:  # within each round, side by side: the machine is shared
+        on, off = runs["sink, guard on"], runs["sink, guard off"]
+        ratios = [o[0] / g[0] for g, o in zip(on, off, strict=True)]
+        print(f"guard on / off rows/s per round: {[round(r, 2) for r in ratios]}; "
+              f"median {statistics.median(ratios):.2f}", flush=True)  # fmt: skip
     base = args.rows / median[base_path]
     lines = []
     for name, results in runs.items():
