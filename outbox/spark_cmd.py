@@ -194,8 +194,7 @@ def preview_text(p: dict[str, Any]) -> str:
     lines = [
         f"{p['job']} / {p['batch_id']}: dry run, nothing written"
         + (" (committed before: a write would be a replay)" if p["committed_before"] else ""),
-        f"  effects: {p['effects_total']} valid, {p['effects_new']} new"
-        f"{_by(p['new_by_endpoint'])}",
+        f"  effects: {p['effects_total']} valid, {p['effects_new']} new{_by(p['new_by_endpoint'])}",
         f"  stored with the same payload: {sum(p['same_payload'].values())}"
         f"{_by(p['same_payload'])}",
         f"  stored with another payload: {sum(p['different_payload'].values())}"
