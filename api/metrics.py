@@ -47,6 +47,21 @@ class QueueCollector(Collector):
             "Dispatcher workers with a recent heartbeat",
             value=gauges.live_workers,
         )
+        yield GaugeMetricFamily(
+            "outbox_held_batches",
+            "Batches the volume guard holds for an operator",
+            value=gauges.held.batches,
+        )
+        yield GaugeMetricFamily(
+            "outbox_held_effects",
+            "New effects of the held batches (not claimable until released)",
+            value=gauges.held.effects,
+        )
+        yield GaugeMetricFamily(
+            "outbox_recent_payload_mismatches",
+            "Stored keys met again with another payload by batches of the last 24 h",
+            value=gauges.mismatches_24h,
+        )
 
 
 class ApiMetrics:

@@ -58,6 +58,9 @@ class EffectRecordPublic(EffectPublic):
     ordering_key: str | None
     lease_owner: str | None
     lease_expires_at: Instant | None
+    supersedes: str | None = Field(
+        None, description="a correction: the key of the effect this one replaces"
+    )
 
 
 class AttemptPublic(Public):
@@ -85,12 +88,19 @@ class BatchPublic(Public):
     payload_mismatches: int
     rejects: int
     duration_s: float | None
+    hold_state: str | None = Field(
+        None, description="volume guard: null (never held), held, released or cancelled"
+    )
+    hold_reason: str | None = Field(None, description="why the volume guard held the batch")
 
 
 class EffectDetailPublic(Public):
     effect: EffectRecordPublic
     attempts: list[AttemptPublic]
     batch: BatchPublic | None = Field(description="the commit marker of the producing batch")
+    superseded_by: list[str] = Field(
+        default_factory=list, description="keys of the corrections that replace this effect"
+    )
 
 
 class EffectPagePublic(Public):
@@ -154,6 +164,22 @@ class QueuePublic(Public):
     oldest_due_age_s: float = Field(description="how long the oldest due effect has waited")
 
 
+class HeldBatchPublic(Public):
+    job: str
+    batch_id: str
+    committed_at: Instant
+    effects_new: int
+    hold_reason: str | None
+    pending: int = Field(description="effects waiting for an operator's release or cancel")
+
+
+class MismatchBatchPublic(Public):
+    job: str
+    batch_id: str
+    committed_at: Instant
+    payload_mismatches: int
+
+
 class StatusPublic(Public):
     counts: StateCounts
     queue: QueuePublic
@@ -162,6 +188,12 @@ class StatusPublic(Public):
     live_workers: list[WorkerPublic]
     endpoints: list[EndpointHealthPublic]
     last_batches: list[LastBatchPublic]
+    held_batches: list[HeldBatchPublic] = Field(
+        description="batches the volume guard holds: their effects wait for an operator"
+    )
+    payload_mismatches: list[MismatchBatchPublic] = Field(
+        description="batches of the last 24 h that met stored keys with another payload"
+    )
 
 
 class OperatorActionPublic(Public):
@@ -198,6 +230,20 @@ class BulkRequeueCreate(ActionCreate):
     reference: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
     cap: int = Field(1000, ge=1, le=10_000, description="refuse if more dead effects match")
     dry_run: bool = Field(True, description="only count; send false to requeue")
+
+
+class HoldDecisionCreate(ActionCreate):
+    job: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00]*$")
+    batch_id: str = Field(min_length=1, max_length=1000, pattern=r"^[^\x00]*$")
+    dry_run: bool = Field(False, description="only count the effects it would change")
+
+
+class HoldDecisionPublic(Public):
+    job: str
+    batch_id: str
+    action: str = Field(description="release or cancel")
+    effects: int = Field(description="pending effects released or cancelled (or counted)")
+    dry_run: bool
 
 
 class BulkRequeuePublic(Public):

@@ -2,6 +2,7 @@
 
     flock /tmp/outbox-bench.lock .venv/bin/python -m bench dispatch
     ... -- [--effects 30000] [--rounds 3] [--latency-s 30] [--rate 1000] [--only NAME ...]
+    ... -- --valves   (the claim with the held-batch exclusion vs main's view: bench/valves.py)
 
 On one fresh database, against one receiver (uvicorn + uvloop + httptools, one
 process, bench/receiver.py), every contender delivers the same N POSTs of the
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import contenders, cpu
+from bench import contenders, cpu, valves
 from bench.database import bench_database, load
 from bench.receiver import serve
 
@@ -51,6 +52,15 @@ class Contender:
     kind: str  # bare | pgqueuer | dispatch
     run: Callable[[contenders.Ctx, int], float]
 
+
+VALVES = [
+    Contender("dispatcher 1 process, main's claimable view", "dispatch",
+              valves.claim_with(valves.MAIN_VIEW)),
+    Contender("dispatcher 1 process, held-batch exclusion", "dispatch",
+              valves.claim_with(valves.VALVE_VIEW)),
+    Contender("  same, held rows not parked (not built)", "dispatch",
+              valves.claim_with(valves.VALVE_VIEW, parked=False)),
+]  # fmt: skip
 
 CONTENDERS = [
     Contender("bare aiohttp, uvloop (ceiling)", "bare", contenders.bare("uvloop")),
@@ -84,9 +94,12 @@ def uptime() -> str:
 Runs = dict[str, list[tuple[float, cpu.Sample]]]
 
 
-def throughput(ctx: contenders.Ctx, n: int, rounds: int, names: list[str]) -> Runs:
+def throughput(
+    ctx: contenders.Ctx, n: int, rounds: int, names: list[str], pool: list[Contender] | None = None
+) -> Runs:
     """Each chosen contender once per round (the order rotates): rate and CPU seconds."""
-    chosen = [c for c in CONTENDERS if not names or any(x in c.name for x in names)]
+    pool = CONTENDERS if pool is None else pool
+    chosen = [c for c in pool if not names or any(x in c.name for x in names)]
     runs: Runs = {c.name: [] for c in chosen}
     postmaster = cpu.postmaster_pid()
     for r in range(rounds):
@@ -111,7 +124,7 @@ def _cpu_text(used: cpu.Sample, n: int) -> str:
 def report(runs: Runs, n: int, rounds: int) -> None:
     rates = {name: [rate for rate, _ in v] for name, v in runs.items()}
     med = {name: statistics.median(v) for name, v in rates.items()}
-    kinds = {c.name: c.kind for c in CONTENDERS}
+    kinds = {c.name: c.kind for c in CONTENDERS + VALVES}
     pgq = [m for name, m in med.items() if kinds[name] == "pgqueuer"]
     best_pgq = max(pgq) if pgq else None
     ceiling = med.get(CONTENDERS[0].name)
@@ -140,6 +153,14 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         print(f"| {name:45} | {us[0]:9.0f} | {us[1]:8.0f} | {us[2]:8.0f} | {sum(us):6.0f} |")
 
 
+def _valve_ratio(runs: Runs) -> None:
+    """Within each round, exclusion / main (the machine is shared): their median."""
+    main, valve = (runs[c.name] for c in VALVES[:2])
+    ratios = [v[0] / m[0] for m, v in zip(main, valve, strict=True)]
+    print(f"\nheld-batch exclusion / main's view, per round: {[round(r, 2) for r in ratios]}")
+    print(f"median ratio: {statistics.median(ratios):.2f}")
+
+
 def latency(ctx: contenders.Ctx, rate: float, seconds: float) -> None:
     """p50/p99 commit-to-arrival, with one worker process and with the default."""
     for processes in (1, 0):
@@ -161,6 +182,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-s", type=float, default=30.0, help="0: skip")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
+    parser.add_argument(
+        "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
+    )
     args = parser.parse_args(argv)
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, receiver_pid), bench_database() as url:
@@ -168,9 +192,12 @@ def main(argv: list[str]) -> int:
         ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=receiver_pid)
         try:
             if args.rounds > 0:
-                runs = throughput(ctx, args.effects, args.rounds, args.only)
+                pool = VALVES if args.valves else CONTENDERS
+                runs = throughput(ctx, args.effects, args.rounds, args.only, pool)
                 report(runs, args.effects, args.rounds)
-            if args.latency_s > 0:
+                if args.valves:
+                    _valve_ratio(runs)
+            if args.latency_s > 0 and not args.valves:
                 latency(ctx, args.rate, args.latency_s)
         finally:
             engine.dispose()

@@ -15,6 +15,10 @@ ratios to the JDBC append of the same configuration:
 - jdbc: Spark's JDBC writer, append, ``reWriteBatchedInserts=true``, batchsize 10000
   (each partition commits on its own: not atomic, no dedup);
 - copy: one psycopg2 ``COPY`` of the same rows from a CSV file (one stream, the raw path).
+
+``--valves``: instead, the sink with the volume guard on (the default) vs off
+(``VolumeGuard.off()``), side by side in interleaved rounds, each after 20
+earlier markers of the job were written (a baseline to read); ratios to "off".
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="interleaved rounds; medians shown (default: 3)"
     )
+    parser.add_argument(
+        "--valves", action="store_true", help="the sink with the volume guard on vs off"
+    )
     args = parser.parse_args(argv)
     if not _ensure_jdbc_jar():
         print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
@@ -74,7 +81,7 @@ def main(argv: list[str]) -> int:
     )
     print(
         f"{'master':<10}{'parts':>6}  {'path':<22}{'seconds':>9}{'range':>13}{'rows/s':>10}"
-        f"{'vs jdbc':>9}  note"
+        f"{'vs off' if args.valves else 'vs jdbc':>9}  note"
     )
     print("\n".join(table))
     return 0
@@ -86,6 +93,10 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
         "spark jdbc append": _time_jdbc,
         "raw COPY (1 stream)": _time_copy,
     }
+    base_path = "spark jdbc append"
+    if args.valves:
+        paths = {"sink, guard on": _time_guarded, "sink, guard off": _time_unguarded}
+        base_path = "sink, guard off"
     runs: dict[str, list[Timed]] = {name: [] for name in paths}
     with _session(master, partitions) as (spark, label):
         rows = _rows(spark, args.rows, partitions)
@@ -99,7 +110,12 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
                 )
         rows.unpersist()
     median = {name: statistics.median(s for s, _ in results) for name, results in runs.items()}
-    base = args.rows / median["spark jdbc append"]
+    if args.valves:  # within each round, side by side: the machine is shared
+        on, off = runs["sink, guard on"], runs["sink, guard off"]
+        ratios = [o[0] / g[0] for g, o in zip(on, off, strict=True)]
+        print(f"guard on / off rows/s per round: {[round(r, 2) for r in ratios]}; "
+              f"median {statistics.median(ratios):.2f}", flush=True)  # fmt: skip
+    base = args.rows / median[base_path]
     lines = []
     for name, results in runs.items():
         seconds = [s for s, _ in results]
@@ -181,6 +197,43 @@ def _time_sink(url: str, rows: Any) -> tuple[float, str]:
         commit_s = cur.fetchone()[0]
     assert outcome.effects_new == rows.count(), outcome
     return seconds, f"atomic + dedup; the commit transaction open {commit_s:.2f} s"
+
+
+def _time_guarded(url: str, rows: Any) -> tuple[float, str]:
+    from spark_jobs.guard import VolumeGuard
+
+    return _time_with_markers(url, rows, VolumeGuard())
+
+
+def _time_unguarded(url: str, rows: Any) -> tuple[float, str]:
+    from spark_jobs.guard import VolumeGuard
+
+    return _time_with_markers(url, rows, VolumeGuard.off())
+
+
+def _time_with_markers(url: str, rows: Any, guard: Any) -> tuple[float, str]:
+    """The sink after 20 earlier markers of the job (a baseline: the guard reads it)."""
+    from spark_jobs.sink import OutboxSink
+
+    _truncate(url)
+    n = rows.count()
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO batches (job, batch_id, run_id, effects_new, effects_new_by_endpoint, "
+            "committed_at) SELECT 'bench', 'earlier-' || i, gen_random_uuid(), %(n)s, "
+            "jsonb_build_object('bench-hook', %(n)s), now() - make_interval(hours => i) "
+            "FROM generate_series(1, 20) i",
+            {"n": n},
+        )
+    sink = OutboxSink(job="bench", database_url=url, volume_guard=guard)
+    started = time.perf_counter()
+    outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
+    seconds = time.perf_counter() - started
+    assert outcome.effects_new == n and outcome.held_reason is None, outcome
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT duration_s FROM batches WHERE job = 'bench' AND duration_s IS NOT NULL")
+        commit_s = cur.fetchone()[0]
+    return seconds, f"the commit transaction open {commit_s:.2f} s"
 
 
 def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:

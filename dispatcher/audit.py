@@ -71,6 +71,7 @@ class EffectRecord(EffectSummary):
     ordering_key: str | None
     lease_owner: str | None
     lease_expires_at: dt.datetime | None
+    supersedes: str | None  # a correction: the key of the effect it replaces
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,8 @@ class BatchMarker:
     payload_mismatches: int
     rejects: int
     duration_s: float | None
+    hold_state: str | None  # the volume guard: held, released, cancelled (None: never held)
+    hold_reason: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +110,7 @@ class EffectDetail:
     effect: EffectRecord
     attempts: list[Attempt]
     batch: BatchMarker | None
+    superseded_by: list[str] = dataclasses.field(default_factory=list)  # its corrections
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +166,8 @@ def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> Ef
         ).mappings()
         found = marker.first()
         batch = from_row(BatchMarker, found) if found is not None else None
-    detail = EffectDetail(effect=effect, attempts=attempts, batch=batch)
+    later = [r[0] for r in conn.execute(_Q["superseded_by"], {"key": key})]
+    detail = EffectDetail(effect=effect, attempts=attempts, batch=batch, superseded_by=later)
     return _masked_detail(detail, mask) if mask else detail
 
 

@@ -4,11 +4,20 @@
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
        attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
-       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at
+       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
+       supersedes
 FROM visible_effects
 WHERE idempotency_key = :key;
+
+-- name: superseded_by
+-- The corrections of an effect: the chain read backwards (ix_effects_supersedes).
+SELECT idempotency_key FROM visible_effects
+WHERE supersedes = :key
+ORDER BY created_at, id
+LIMIT 20;
 
 -- name: attempts_of_effect
 -- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt).
@@ -33,6 +42,7 @@ WHERE idempotency_key = :key;
 -- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a batch's search.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
        CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error, purged_at
 FROM visible_effects
@@ -52,14 +62,16 @@ LIMIT :limit;
 -- name: batch_marker
 -- The commit marker of one batch (uq_batches_job_batch_id).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
-       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
 FROM batches
 WHERE job = :job AND batch_id = :batch_id;
 
 -- name: batches_of_job
 -- A job's batches, newest first (ix_batches_job_committed_at).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
-       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
 FROM batches
 WHERE job = :job
 ORDER BY committed_at DESC, id DESC

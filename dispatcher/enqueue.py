@@ -35,6 +35,7 @@ from dispatcher.validation import (
     check_not_before,
     check_optional_text,
     check_reference,
+    check_supersedes,
     payload_bytes,
     payload_sha256,
 )
@@ -61,11 +62,13 @@ def enqueue(
     ordering_key: str | None = None,
     not_before: dt.datetime | None = None,
     reference: str | None = None,
+    supersedes: str | None = None,
 ) -> Enqueued:
     """Record an effect in the caller's transaction; nothing is sent until it commits.
 
     Raises ``InvalidEffect`` (naming the field and the fix) before writing
-    anything when the input breaks the contract.
+    anything when the input breaks the contract. ``supersedes``: the key of the
+    effect this one corrects (``dispatcher.keys.superseded_key``).
     """
     idempotency_key = check_key(idempotency_key)
     endpoint = check_endpoint_name(endpoint)
@@ -74,6 +77,7 @@ def enqueue(
     ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
     not_before = check_not_before(not_before)
     reference = check_reference(reference)
+    supersedes = check_supersedes(supersedes, idempotency_key)
     kind = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).scalar()
     if kind is None:
         raise UnknownEndpoint(endpoint)
@@ -89,6 +93,7 @@ def enqueue(
         "ordering_key": ordering_key,
         "not_before": not_before,
         "reference": reference,
+        "supersedes": supersedes,
     }
     inserted = conn.execute(_Q["insert_effect"], row).first() or _take_over_invisible(conn, row)
     if inserted is not None:

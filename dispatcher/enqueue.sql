@@ -8,9 +8,9 @@ SELECT kind FROM endpoints WHERE name = :endpoint;
 -- returns nothing, so the caller learns whether the effect is new. A key in the
 -- key ledger (delivered, or dead/cancelled and purged) is never enqueued again.
 INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256,
-                     ordering_key, reference, next_attempt_at)
+                     ordering_key, reference, supersedes, next_attempt_at)
 SELECT :idempotency_key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
-       :ordering_key, :reference, COALESCE(:not_before, now())
+       :ordering_key, :reference, :supersedes, COALESCE(:not_before, now())
 WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
@@ -33,7 +33,7 @@ SELECT pg_advisory_xact_lock(:lock_id);
 UPDATE effects e
 SET run_id = NULL, job = NULL, batch_id = NULL, endpoint = :endpoint, recipient = :recipient,
     payload = CAST(:payload AS jsonb), payload_sha256 = :payload_sha256,
-    ordering_key = :ordering_key, reference = :reference,
+    ordering_key = :ordering_key, reference = :reference, supersedes = :supersedes,
     next_attempt_at = COALESCE(:not_before, now()), created_at = now(), updated_at = now()
 WHERE e.idempotency_key = :idempotency_key
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.idempotency_key = :idempotency_key)

@@ -7,6 +7,7 @@ import datetime as dt
 
 from sqlalchemy.engine import Connection
 
+from dispatcher import holds
 from dispatcher.audit import from_row
 from dispatcher.schema import EFFECT_STATES
 from dispatcher.sqlfile import queries_beside
@@ -47,6 +48,14 @@ class LastBatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class MismatchBatch:
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    payload_mismatches: int
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueStats:
     """Effects due now, and how long the oldest of them has been due (0 when none)."""
 
@@ -68,6 +77,8 @@ class Status:
     live_workers: list[LiveWorker]
     endpoints: list[EndpointHealth]
     last_batches: list[LastBatch]
+    held_batches: list[holds.HeldBatch]  # the volume guard's, waiting for an operator
+    payload_mismatches: list[MismatchBatch]  # batches of the last 24 h
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +88,8 @@ class QueueGauges:
     counts: dict[str, int]
     queue: QueueStats
     live_workers: int
+    held: holds.HeldCounts
+    mismatches_24h: int
 
 
 def status(conn: Connection) -> Status:
@@ -94,6 +107,10 @@ def status(conn: Connection) -> Status:
         ],
         last_batches=[
             from_row(LastBatch, r) for r in conn.execute(_Q["last_batch_per_job"]).mappings()
+        ],
+        held_batches=holds.held_batches(conn),
+        payload_mismatches=[
+            from_row(MismatchBatch, r) for r in conn.execute(_Q["recent_mismatches"]).mappings()
         ],
     )
 
@@ -132,4 +149,10 @@ def queue_gauges(conn: Connection) -> QueueGauges:
     counts = dict.fromkeys(("pending", "leased", "dead"), 0)
     counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
     workers = conn.execute(_Q["live_workers"]).fetchall()
-    return QueueGauges(counts=counts, queue=queue_stats(conn), live_workers=len(workers))
+    return QueueGauges(
+        counts=counts,
+        queue=queue_stats(conn),
+        live_workers=len(workers),
+        held=holds.held_counts(conn),
+        mismatches_24h=int(conn.execute(_Q["mismatch_total"]).scalar_one()),
+    )

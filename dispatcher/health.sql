@@ -86,3 +86,17 @@ ORDER BY 1;
 -- name: this_minute
 -- The chart's right edge, on the database's clock (the attempts' clock).
 SELECT date_trunc('minute', now());
+
+-- name: recent_mismatches
+-- Batches of the last 24 h that met stored keys with another payload: a re-run
+-- that computed different content (ix_batches_committed_at_mismatched).
+SELECT job, batch_id, committed_at, payload_mismatches
+FROM batches
+WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours'
+ORDER BY committed_at DESC
+LIMIT 20;
+
+-- name: mismatch_total
+-- /metrics: payload mismatches of the last 24 h (ix_batches_committed_at_mismatched).
+SELECT COALESCE(sum(payload_mismatches), 0) FROM batches
+WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours';

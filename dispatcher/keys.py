@@ -24,6 +24,11 @@ date        d    days since 1970-01-01
 datetime    t    microseconds since the Unix epoch, UTC (timezone required)
 ==========  ===  ===============================================================
 
+**Revisions** (corrections, docs/spark.md): ``effect_key(ns, *parts,
+revision=n)`` for n >= 2 appends ``"|r" <n>``; ``r`` is no part's tag, so a
+revision never collides with another part list, and revision 1 is the original
+key unchanged. ``superseded_key`` names the revision a correction replaces.
+
 Tags keep ``1``, ``"1"``, ``1.0`` and ``Decimal("1")`` apart; hex keeps a
 separator inside a string from forging a boundary; ``None`` is not ``""``.
 The same encoding is built from Spark's built-in functions in
@@ -42,6 +47,7 @@ from typing import TypeAlias
 
 KEY_VERSION = "v1"
 SEPARATOR = "|"
+REVISION_TAG = "r"
 KEY_PATTERN = re.compile(r"\A[0-9a-f]{64}\Z")
 
 KeyPart: TypeAlias = str | int | bool | float | Decimal | bytes | dt.date | dt.datetime | None
@@ -51,22 +57,38 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 
 
-def effect_key(namespace: str, *parts: KeyPart) -> str:
+def effect_key(namespace: str, *parts: KeyPart, revision: int = 1) -> str:
     """Return the 64-hex-character idempotency key of ``(namespace, *parts)``.
 
     ``namespace`` names the kind of effect (``"invoice.created"``) so that two
     kinds of effect about the same business object get different keys.
+    ``revision`` > 1: a correction of the same business event, a new key.
     """
     if not isinstance(namespace, str) or not namespace:
         raise ValueError("namespace: must be a non-empty string, e.g. 'invoice.created'")
-    return hashlib.sha256(encode_parts(namespace, *parts).encode("ascii")).hexdigest()
+    encoded = encode_parts(namespace, *parts, revision=revision)
+    return hashlib.sha256(encoded.encode("ascii")).hexdigest()
 
 
-def encode_parts(namespace: str, *parts: KeyPart) -> str:
+def superseded_key(namespace: str, *parts: KeyPart, revision: int) -> str | None:
+    """The key a revision replaces (``revision - 1``); None for the original."""
+    check_revision(revision)
+    return None if revision == 1 else effect_key(namespace, *parts, revision=revision - 1)
+
+
+def encode_parts(namespace: str, *parts: KeyPart, revision: int = 1) -> str:
     """The exact ASCII string that is hashed (exposed for tests and debugging)."""
     encoded = [KEY_VERSION, encode_part(namespace)]
     encoded.extend(encode_part(part) for part in parts)
+    if check_revision(revision) > 1:
+        encoded.append(f"{REVISION_TAG}{revision:d}")
     return SEPARATOR.join(encoded)
+
+
+def check_revision(revision: object) -> int:
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+        raise ValueError(f"revision: {revision!r} is not a whole number >= 1; the original is 1")
+    return revision
 
 
 def encode_part(value: KeyPart) -> str:

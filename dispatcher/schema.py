@@ -33,6 +33,7 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled")
 ENDPOINT_KINDS = ("webhook", "email")
 ROLES = ("support", "operator")
+HOLD_STATES = ("held", "released", "cancelled")
 
 NOW = sa.text("now()")
 
@@ -142,11 +143,28 @@ batches = sa.Table(
     sa.Column("payload_mismatches", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("rejects", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("duration_s", sa.Float),
+    # The batch's new effects per endpoint ({"endpoint": n}): the volume guard's
+    # baseline is read from recent markers (spark_jobs.guard). NULL before 1321.
+    sa.Column("effects_new_by_endpoint", pg.JSONB),
+    # The volume guard: NULL (never held), held (committed, visible, not claimable:
+    # claimable_effects excludes it), released or cancelled by an operator.
+    sa.Column("hold_state", sa.Text),
+    sa.Column("hold_reason", sa.Text),
+    _ts("hold_resolved_at"),
+    sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
     # (the visible_effects view looks the marker up by run_id).
     sa.UniqueConstraint("run_id"),
     sa.Index(None, "job", "committed_at"),
+    # /v1/status and /metrics: recent batches with payload mismatches (rare).
+    sa.Index(
+        "ix_batches_committed_at_mismatched",
+        "committed_at",
+        postgresql_where=sa.text("payload_mismatches > 0"),
+    ),
+    # The claim's exclusion of held batches probes this tiny index.
+    sa.Index("ix_batches_run_id_held", "run_id", postgresql_where=sa.text("hold_state = 'held'")),
 )
 
 # The outbox. No foreign key to endpoints on purpose: endpoints are never
@@ -170,6 +188,9 @@ effects = sa.Table(
     # A business reference a customer would quote (an invoice number): support
     # finds effects by it. Optional; at most MAX_REFERENCE_CHARS.
     sa.Column("reference", sa.Text),
+    # A correction: the key of the effect this one supersedes (an earlier revision
+    # of the same business event, dispatcher.keys.effect_key(..., revision=n)).
+    sa.Column("supersedes", sa.Text),
     sa.Column("state", sa.Text, nullable=False, server_default="pending"),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     _ts("next_attempt_at", nullable=False, default_now=True),
@@ -226,6 +247,8 @@ effects = sa.Table(
         "id",
         postgresql_where=sa.text("reference IS NOT NULL"),
     ),
+    # The audit's "superseded by": corrections of an effect (rare, so partial).
+    sa.Index(None, "supersedes", postgresql_where=sa.text("supersedes IS NOT NULL")),
     # Retention: finished rows not yet purged, oldest finish first. A row enters it
     # once, when it finishes, and leaves when purged, so the purge never rescans stubs.
     sa.Index(
@@ -363,6 +386,7 @@ deferred_effects = sa.Table(
     sa.Column("payload_sha256", sa.Text, nullable=False),
     sa.Column("ordering_key", sa.Text),
     sa.Column("reference", sa.Text),
+    sa.Column("supersedes", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
     sa.Index(None, "run_id"),
 )

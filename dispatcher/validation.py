@@ -40,6 +40,23 @@ def check_key(key: object) -> str:
     return key
 
 
+def check_supersedes(key: object, own_key: object = None) -> str | None:
+    """A correction names the key it supersedes: 64 hex, not its own."""
+    if key is None:
+        return None
+    if not is_valid_key(key):
+        raise InvalidEffect(
+            "supersedes",
+            f"{_preview(key)} is not 64 lower-case hex characters",
+            "name the corrected effect's key: dispatcher.keys.superseded_key(..., revision=n) "
+            "(in Spark: spark_jobs.keys.supersedes_column)",
+        )
+    if key == own_key:
+        raise InvalidEffect("supersedes", "is the effect's own key", "raise the revision")
+    assert isinstance(key, str)
+    return key
+
+
 def check_endpoint_name(endpoint: object) -> str:
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise InvalidEffect(

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "outbox.tokens_cmd",
     "outbox.purge_cmd",
     "outbox.reconcile_cmd",
+    "outbox.batches_cmd",
     "outbox.spark_cmd",
 ]
 # A process killed by SIGPIPE reports 128 + 13: what `yes | head` shows under pipefail.

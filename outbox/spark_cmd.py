@@ -16,6 +16,7 @@ from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox import output
 from outbox.database import database_url
+from spark_jobs.guard import Limits, VolumeGuard
 
 
 def register(sub: Any) -> None:
@@ -58,7 +59,68 @@ def register(sub: Any) -> None:
         help="stream mode: process what is there, then stop",
     )
     run.add_argument("--watermark", default="1 hour", help="stream mode: event-time delay")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="batch mode: compute each date and preview it (new, unchanged and changed "
+        "effects, rejects, the volume guard's verdict); writes nothing",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="--dry-run: one JSON object per date (default: text)"
+    )
+    _guard_args(run)
     run.set_defaults(handler=run_job)
+
+
+def _guard_args(run: argparse.ArgumentParser) -> None:
+    """The volume guard's limits for every endpoint of the job (spark_jobs.guard)."""
+    d = Limits()
+    run.add_argument(
+        "--no-volume-guard",
+        action="store_true",
+        help="do not hold outsized batches (default: the guard is on, docs/spark.md)",
+    )
+    run.add_argument(
+        "--guard-factor",
+        type=float,
+        default=d.factor,
+        help=f"hold a batch above this many times the baseline (default {d.factor:g})",
+    )
+    run.add_argument(
+        "--guard-min-effects",
+        type=int,
+        default=d.min_effects,
+        help=f"the factor never holds fewer new effects (default {d.min_effects})",
+    )
+    run.add_argument(
+        "--guard-max-effects",
+        type=int,
+        help="hold any batch with more new effects for one endpoint (default: no cap)",
+    )
+    run.add_argument(
+        "--guard-window",
+        type=int,
+        default=d.window,
+        help=f"batches the baseline median is taken over (default {d.window})",
+    )
+    run.add_argument(
+        "--guard-min-batches", type=int, default=d.min_batches,
+        help=f"no baseline before this many batches (default {d.min_batches})",
+    )  # fmt: skip
+
+
+def volume_guard(args: argparse.Namespace) -> VolumeGuard:
+    if args.no_volume_guard:
+        return VolumeGuard.off()
+    return VolumeGuard(
+        Limits(
+            factor=args.guard_factor,
+            min_effects=args.guard_min_effects,
+            max_effects=args.guard_max_effects,
+            window=args.guard_window,
+            min_batches=args.guard_min_batches,
+        )
+    )
 
 
 def generate(args: argparse.Namespace, settings: Settings) -> int:
@@ -83,9 +145,12 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.mode == "batch" and not args.date:
         raise ConfigurationError("batch mode: pass --date YYYY-MM-DD (one or more)")
+    if args.mode == "stream" and args.dry_run:
+        raise ConfigurationError("--dry-run previews batch mode only: pass --mode batch --date DAY")
     if args.mode == "stream" and args.checkpoint is None:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
+    options = {"volume_guard": volume_guard(args)}  # a bad limit fails before Spark starts
     url = database_url(settings)
     _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
@@ -93,8 +158,12 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.mode == "batch":
             for date in args.date:
-                outcome = billing_run.run_batch(spark, args.input, date, url)
-                print(output.dumps(outcome), flush=True)
+                outcome = billing_run.run_batch(
+                    spark, args.input, date, url, dry_run=args.dry_run, **options
+                )
+                text = args.dry_run and not args.json
+                shown = preview_text(outcome) if text else output.dumps(outcome)
+                print(shown, flush=True)
             return 0
         queries = billing_run.start_stream(
             spark,
@@ -103,6 +172,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
             url,
             available_now=args.available_now,
             watermark=args.watermark,
+            **options,
         )
         stopping = _stop_on_signal()
         while not stopping.is_set():
@@ -141,6 +211,29 @@ def _check_endpoints(url: str) -> None:
             "`outbox endpoints add email billing-email --smtp-host ...`): a batch run "
             "without them would commit its effects as rejects"
         )
+def preview_text(p: dict[str, Any]) -> str:
+    """A preview (spark_jobs.preview.BatchPreview as a dict) for a person."""
+    lines = [
+        f"{p['job']} / {p['batch_id']}: dry run, nothing written"
+        + (" (committed before: a write would be a replay)" if p["committed_before"] else ""),
+        f"  effects: {p['effects_total']} valid, {p['effects_new']} new{_by(p['new_by_endpoint'])}",
+        f"  stored with the same payload: {sum(p['same_payload'].values())}"
+        f"{_by(p['same_payload'])}",
+        f"  stored with another payload: {sum(p['different_payload'].values())}"
+        f"{_by(p['different_payload'])}",
+    ]
+    for ex in p["examples"]:
+        changes = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in ex["diff"].items())
+        lines.append(f"    {ex['idempotency_key'][:16]}… ({ex['state']}): {changes}")
+    lines.append(f"  rejects: {p['rejects']}{_by(p['reject_reasons'])}")
+    lines.append(f"  result rows: {p['result_rows']}")
+    verdict = f"HELD: {p['would_hold']}" if p["would_hold"] else "flows (not held)"
+    lines.append(f"  volume guard: {verdict}")
+    return "\n".join(lines)
+
+
+def _by(counts: dict[str, int]) -> str:
+    return " (" + ", ".join(f"{k}: {n}" for k, n in counts.items()) + ")" if counts else ""
 
 
 def _check_input(input_dir: Path, dates: list[str]) -> None:

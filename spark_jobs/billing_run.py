@@ -33,13 +33,23 @@ def batch_sink(database_url: str, **options: Any) -> OutboxSink:
 
 
 def run_batch(
-    spark: Any, input_dir: Path, date: str, database_url: str, **sink_options: Any
+    spark: Any,
+    input_dir: Path,
+    date: str,
+    database_url: str,
+    *,
+    dry_run: bool = False,
+    **sink_options: Any,
 ) -> dict[str, Any]:
-    """Bill one day; re-running the same date is a replay and writes nothing."""
+    """Bill one day; re-running the same date is a replay and writes nothing.
+
+    ``dry_run``: compute the day in full and preview it (``OutboxSink.preview``),
+    also for a date committed before; nothing is written.
+    """
     from pyspark.sql import functions as F
 
     sink = batch_sink(database_url, **sink_options)
-    replayed = sink.replayed(date)
+    replayed = None if dry_run else sink.replayed(date)
     if replayed is not None:  # committed before: skip without reading anything
         return dataclasses.asdict(replayed)
     path = batch_input(input_dir, date)
@@ -58,7 +68,10 @@ def run_batch(
         effects = billing.invoice_effects(results).unionByName(
             billing.rejected_events(events), allowMissingColumns=True
         )
-        outcome = sink.write(results, effects, batch_id=date)
+        if dry_run:
+            outcome: Any = sink.preview(results, effects, batch_id=date)
+        else:
+            outcome = sink.write(results, effects, batch_id=date)
         results.unpersist()
     finally:
         raw.unpersist()
@@ -73,6 +86,7 @@ def start_stream(
     *,
     available_now: bool,
     watermark: str = "1 hour",
+    **sink_options: Any,
 ) -> list[Any]:
     """Start the invoices query and the rejects query; return them (the caller awaits)."""
     from pyspark.sql import functions as F
@@ -87,8 +101,12 @@ def start_stream(
     totals = billing.aggregate(good, F.window("event_ts", "1 day")).select(
         "*", F.to_date(F.col("window.start")).alias("invoice_date")
     )
-    invoices_sink = OutboxSink(job=STREAM_JOB, database_url=database_url, results=INVOICES)
-    rejects_sink = OutboxSink(job=STREAM_JOB + ".rejects", database_url=database_url)
+    invoices_sink = OutboxSink(
+        job=STREAM_JOB, database_url=database_url, results=INVOICES, **sink_options
+    )
+    rejects_sink = OutboxSink(
+        job=STREAM_JOB + ".rejects", database_url=database_url, **sink_options
+    )
 
     def derive_invoices(batch: Any, batch_id: str) -> tuple[Any, Any]:
         results = billing.invoices(batch.drop("window"), STREAM_JOB, batch_id)

@@ -25,6 +25,7 @@ from dispatcher.validation import (
     check_endpoint_name,
     check_key,
     check_optional_text,
+    check_supersedes,
     payload_bytes,
     payload_sha256,
 )
@@ -38,6 +39,7 @@ VALID_COLUMNS = (
     "payload_sha256",
     "ordering_key",
     "reference",
+    "supersedes",
     "not_before",
 )
 _TEXT_LIMITS = (
@@ -62,7 +64,7 @@ def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str
     if declared:
         return str(declared), b""
     try:
-        check_key(row.get("idempotency_key"))
+        check_supersedes(row.get("supersedes"), check_key(row.get("idempotency_key")))
         endpoint = check_endpoint_name(row.get("endpoint"))
         data = payload_bytes(row.get("payload"))
         for field, limit in _TEXT_LIMITS:
@@ -102,6 +104,7 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     import pyarrow.compute as pc
 
     column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+    column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
     cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
     payloads: list[str | None] = []
     hashes: list[str | None] = []
@@ -149,6 +152,7 @@ def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:
         pc.match_substring_regex(column["idempotency_key"], _KEY_REGEX),
     )
     plain = pc.and_kleene(plain, pc.is_in(column["endpoint"], value_set=webhooks))
+    plain = pc.and_kleene(plain, pc.is_null(column["supersedes"]))  # corrections: per row
     plain = pc.and_kleene(plain, _clean_text(column["endpoint"], None, required=True))
     for field, limit in _TEXT_LIMITS:
         plain = pc.and_kleene(plain, _clean_text(column[field], limit))

@@ -51,6 +51,13 @@ class TaskReport:
     mismatches: int = 0
     deferred: int = 0
     rejects: int = 0
+    # A few keys met with another payload, space-separated: the driver logs them.
+    mismatch_keys: str = ""
+
+    def add_mismatch_keys(self, keys: Iterable[str], most: int = 5) -> None:
+        kept = self.mismatch_keys.split()
+        kept += [k for k in keys if k not in kept][: max(most - len(kept), 0)]
+        self.mismatch_keys = " ".join(kept)
 
 
 def write_effects(
@@ -156,7 +163,8 @@ class _Chunk:
         if cur.rowcount == rows:
             return 0, 0
         cur.execute(_Q["classify_taken"], self.params)
-        mismatches, deferred = cur.fetchone()
+        mismatches, deferred, keys = cur.fetchone()
+        self.report.add_mismatch_keys(keys or ())
         return int(mismatches), int(deferred)
 
     def _without_ledger_keys(self, valid: Any) -> Any:
@@ -178,7 +186,9 @@ class _Chunk:
             pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
             strict=True,
         ):
-            self.report.mismatches += int(known[key] != sha)
+            if known[key] != sha:
+                self.report.mismatches += 1
+                self.report.add_mismatch_keys([key])
         return valid.filter(pc.invert(taken))
 
     def _rejects_csv(self, rejects: Any) -> bytes | None:

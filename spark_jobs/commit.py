@@ -11,8 +11,10 @@ transaction, step by step (each a function below, each statement in commit.sql):
 4. refuse the batch if on_invalid="fail" and it has rejects;
 5. merge the result rows into the user's table; move the rejects;
 6. take the visibility lock, then take over the deferred keys still held by a
-   run without a marker; count new, deduplicated and mismatched effects;
-7. write the counts on the marker, drop the run's staging, NOTIFY, COMMIT.
+   run without a marker; count new (per endpoint), deduplicated and mismatched effects;
+7. the volume guard (spark_jobs.guard): an outsized batch is held, its effects
+   visible but not claimable until an operator releases it;
+8. write the counts and the hold on the marker, drop the run's staging, NOTIFY, COMMIT.
 
 The COMMIT makes the marker, and with it every effect row of the run, the
 results and the rejects visible at once. A COMMIT whose outcome is unknown
@@ -23,6 +25,7 @@ proves it did not commit is the transaction run again, fenced by the marker.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 
@@ -32,7 +35,7 @@ from dispatcher import db, wakeup
 from dispatcher.errors import DatabaseUnavailable
 from dispatcher.schema import VISIBILITY_LOCK_ID
 from dispatcher.sqlfile import queries_beside
-from spark_jobs import phases
+from spark_jobs import guard, notices, phases
 from spark_jobs.chunks import TaskReport
 from spark_jobs.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
 from spark_jobs.results import ResultsSpec, apply_statement
@@ -51,6 +54,7 @@ class CommitRequest:
     result_columns: tuple[str, ...]
     on_invalid: str  # "reject" | "fail"
     spark_app_id: str | None = None
+    volume_guard: guard.VolumeGuard = dataclasses.field(default_factory=guard.VolumeGuard)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,13 +107,16 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
         result_rows = merge_results(conn, request, written)
         rejects = move_rejects(conn, request, written)
         conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
-        counts = resolve_effects(conn, request, written, result_rows, rejects)
-        finish(conn, request, counts, time.monotonic() - started)
+        counts, by_endpoint, keys = resolve_effects(conn, request, written, result_rows, rejects)
+        held = hold_reason(conn, request, by_endpoint)
+        finish(conn, request, counts, by_endpoint, held, time.monotonic() - started)
+    notices.batch_committed(request.job, request.batch_id, held, counts.payload_mismatches, keys)
     return BatchOutcome(
         job=request.job,
         batch_id=request.batch_id,
         status="committed",
         run_id=request.run_id,
+        held_reason=held,
         **dataclasses.asdict(counts),
     )
 
@@ -187,8 +194,9 @@ def move_rejects(conn: Connection, request: CommitRequest, written: Written) -> 
 
 def resolve_effects(
     conn: Connection, request: CommitRequest, written: Written, result_rows: int, rejects: int
-) -> BatchCounts:
-    """Under the visibility lock: deferred keys taken over or deduplicated; the counts."""
+) -> tuple[BatchCounts, dict[str, int], list[str]]:
+    """Under the visibility lock: deferred keys taken over or deduplicated; the counts,
+    the new effects per endpoint (for the volume guard) and a few mismatched keys."""
     params = {
         "job": request.job,
         "batch_id": request.batch_id,
@@ -196,12 +204,16 @@ def resolve_effects(
         "task_ids": written.ids("effects"),
     }
     mismatches = written.total("mismatches")
+    keys = [k for t in written.effect_tasks for k in (t.mismatch_keys or "").split()]
     if written.total("deferred"):
         conn.execute(_Q["take_over_deferred"], params)
-        mismatches += int(conn.execute(_Q["count_deferred_mismatches"], params).scalar_one())
+        deferred, deferred_keys = conn.execute(_Q["count_deferred_mismatches"], params).one()
+        mismatches += int(deferred)
+        keys += deferred_keys or []
     total = written.total("rows")
-    new = int(conn.execute(_Q["count_own_effects"], params).scalar_one())
-    return BatchCounts(
+    by_endpoint = {str(e): int(n) for e, n in conn.execute(_Q["count_own_effects"], params)}
+    new = sum(by_endpoint.values())
+    counts = BatchCounts(
         result_rows=result_rows,
         effects_total=total,
         effects_new=new,
@@ -209,18 +221,38 @@ def resolve_effects(
         payload_mismatches=mismatches,
         rejects=rejects,
     )
+    return counts, by_endpoint, keys
+
+
+def hold_reason(
+    conn: Connection, request: CommitRequest, by_endpoint: dict[str, int]
+) -> str | None:
+    """The volume guard's verdict: why the batch is held, or None."""
+    found = guard.baselines(conn, request.job, request.volume_guard, sorted(by_endpoint))
+    return guard.hold_reason(request.volume_guard, by_endpoint, found)
 
 
 def finish(
-    conn: Connection, request: CommitRequest, counts: BatchCounts, duration_s: float
+    conn: Connection,
+    request: CommitRequest,
+    counts: BatchCounts,
+    by_endpoint: dict[str, int],
+    held: str | None,
+    duration_s: float,
 ) -> None:
-    """Counts on the marker, staging dropped, dispatchers notified: then the one COMMIT."""
+    """Counts and hold on the marker, staging dropped, dispatchers notified: the COMMIT."""
+    if held is not None:
+        params = {"job": request.job, "batch_id": request.batch_id, "run_id": request.run_id}
+        conn.execute(_Q["hold_effects"], params)
     conn.execute(
         _Q["finish_marker"],
         {
             "job": request.job,
             "batch_id": request.batch_id,
             "duration_s": duration_s,
+            "by_endpoint": json.dumps(by_endpoint),
+            "hold_state": None if held is None else "held",
+            "hold_reason": held,
             **dataclasses.asdict(counts),
         },
     )
@@ -248,5 +280,6 @@ def _resolve_by_marker(engine: Engine, request: CommitRequest) -> BatchOutcome |
         status="committed" if won else "lost_race",
         run_id=request.run_id,
         resolved_by_marker=True,
+        held_reason=marker.hold_reason if won else None,
         **(counts if won else {}),
     )

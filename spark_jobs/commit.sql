@@ -4,7 +4,7 @@
 -- name: read_marker
 -- The replay check, and how an unknown COMMIT outcome is resolved: the marker says.
 SELECT run_id, result_rows, effects_total, effects_new, effects_deduplicated,
-       payload_mismatches, rejects
+       payload_mismatches, rejects, hold_reason
 FROM batches WHERE job = :job AND batch_id = :batch_id;
 
 -- name: endpoint_kinds
@@ -63,10 +63,10 @@ SELECT pg_advisory_xact_lock(:lock_id);
 -- become this run's: never swallowed by a run that may never commit. Keys held
 -- by a visible effect are left alone (deduplicated), as are keys in the ledger.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
 SELECT DISTINCT ON (d.idempotency_key)
        d.idempotency_key, :job, :batch_id, d.run_id, d.endpoint, d.recipient, d.payload,
-       d.payload_sha256, d.ordering_key, d.reference, COALESCE(d.not_before, now())
+       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now())
 FROM deferred_effects d
 WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
   AND NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = d.idempotency_key)
@@ -75,15 +75,16 @@ ON CONFLICT (idempotency_key) DO UPDATE
 SET job = EXCLUDED.job, batch_id = EXCLUDED.batch_id, run_id = EXCLUDED.run_id,
     endpoint = EXCLUDED.endpoint, recipient = EXCLUDED.recipient, payload = EXCLUDED.payload,
     payload_sha256 = EXCLUDED.payload_sha256, ordering_key = EXCLUDED.ordering_key,
-    reference = EXCLUDED.reference, next_attempt_at = EXCLUDED.next_attempt_at,
+    reference = EXCLUDED.reference, supersedes = EXCLUDED.supersedes,
+    next_attempt_at = EXCLUDED.next_attempt_at,
     created_at = now(), updated_at = now()
 WHERE effects.run_id IS DISTINCT FROM EXCLUDED.run_id
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = effects.id);
 
 -- name: count_deferred_mismatches
 -- After the take-over: deferred keys that a visible effect of someone else kept,
--- with another payload (or the ledger's, when the effect was purged).
-SELECT count(*) FROM (
+-- with another payload (or the ledger's, when the effect was purged); a few keys.
+SELECT count(*), (array_agg(d.idempotency_key ORDER BY d.idempotency_key))[1:5] FROM (
     SELECT DISTINCT ON (d.idempotency_key) d.idempotency_key, d.payload_sha256
     FROM deferred_effects d
     WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
@@ -100,10 +101,11 @@ WHERE EXISTS (SELECT 1 FROM visible_effects v
                                 WHERE e.idempotency_key = d.idempotency_key));
 
 -- name: count_own_effects
--- The batch's new effects: the rows this run owns after the take-over
--- (ix_effects_job_batch_id_created_at_id: the rows of this batch).
-SELECT count(*) FROM effects
-WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id;
+-- The batch's new effects per endpoint (the volume guard's input): the rows
+-- this run owns after the take-over (ix_effects_job_batch_id_created_at_id).
+SELECT endpoint, count(*) FROM effects
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id
+GROUP BY endpoint;
 
 -- name: results_columns
 -- The results table's columns: result rows are applied by name, so names are checked.
@@ -120,11 +122,20 @@ FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.
 WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
+-- name: hold_effects
+-- A held batch's effects wait at the far end of the due index: the claim's range
+-- scan of ix_effects_due stops at now() and never walks them (a held batch is
+-- big by definition); a release makes them due again (dispatcher/holds.sql).
+UPDATE effects SET next_attempt_at = 'infinity'
+WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id AND state = 'pending';
+
 -- name: finish_marker
 UPDATE batches
 SET result_rows = :result_rows, effects_total = :effects_total, effects_new = :effects_new,
     effects_deduplicated = :effects_deduplicated, payload_mismatches = :payload_mismatches,
-    rejects = :rejects, duration_s = :duration_s
+    rejects = :rejects, duration_s = :duration_s,
+    effects_new_by_endpoint = CAST(:by_endpoint AS jsonb),
+    hold_state = :hold_state, hold_reason = :hold_reason
 WHERE job = :job AND batch_id = :batch_id;
 
 -- name: delete_staging

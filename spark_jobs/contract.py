@@ -3,7 +3,8 @@
 Required: ``idempotency_key`` (64 hex), ``endpoint`` (a registered name),
 ``payload`` (a JSON object, as text or as a struct/map column). Optional:
 ``recipient``, ``ordering_key``, ``reference`` (a business reference such as an
-invoice number, at most 200 characters), ``not_before`` (timestamp), and
+invoice number, at most 200 characters), ``supersedes`` (the key of the effect
+a correction replaces: spark_jobs.keys.supersedes_column), ``not_before`` (timestamp), and
 ``reject_reason``: a job that already knows a row is bad (an input event it
 cannot bill) sets it, and the row goes to rejects with that reason, counted on
 the batch marker, in the same commit. Missing required columns are a mistake in
@@ -17,7 +18,7 @@ from typing import Any
 from dispatcher.errors import ConfigurationError
 
 REQUIRED = ("idempotency_key", "endpoint", "payload")
-OPTIONAL_TEXT = ("recipient", "ordering_key", "reference", "reject_reason")
+OPTIONAL_TEXT = ("recipient", "ordering_key", "reference", "supersedes", "reject_reason")
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
 
 

@@ -21,8 +21,10 @@ from spark_jobs.chunks import RunTag, TaskReport, csv, write_effects
 _Q = sqltext.beside(__file__, "executor.sql")
 CHUNK_ROWS = 50_000
 # What each task reports to the driver.
-REPORT_SCHEMA = "task_id long, rows long, mismatches long, deferred long, rejects long"
-_REPORT_FIELDS = ("task_id", "rows", "mismatches", "deferred", "rejects")
+REPORT_SCHEMA = (
+    "task_id long, rows long, mismatches long, deferred long, rejects long, mismatch_keys string"
+)
+_REPORT_FIELDS = ("task_id", "rows", "mismatches", "deferred", "rejects", "mismatch_keys")
 
 Partitions = Callable[[Iterator[Any]], Iterator[Any]]
 
@@ -93,5 +95,7 @@ def _as_batch(report: TaskReport) -> Any:
     values = dataclasses.asdict(report)
     return pa.RecordBatch.from_pydict(
         {name: [values[name]] for name in _REPORT_FIELDS},
-        schema=pa.schema([(name, pa.int64()) for name in _REPORT_FIELDS]),
+        schema=pa.schema(
+            [(n, pa.string() if n == "mismatch_keys" else pa.int64()) for n in _REPORT_FIELDS]
+        ),
     )

@@ -15,6 +15,7 @@ CREATE TEMP TABLE IF NOT EXISTS incoming_effects (
     payload_sha256 text NOT NULL,
     ordering_key text,
     reference text,
+    supersedes text,
     next_attempt_at timestamptz
 ) ON COMMIT DELETE ROWS;
 
@@ -33,29 +34,30 @@ WHERE idempotency_key = ANY(%(keys)s);
 -- straight into the outbox, in parallel with the other partitions. A taken
 -- key raises unique_violation and the chunk goes through incoming_effects.
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-              payload_sha256, ordering_key, reference) FROM STDIN WITH (FORMAT csv);
+              payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT csv);
 
 -- name: copy_scheduled_effects
 -- The same for rows with not_before (the default next_attempt_at is now()).
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-              payload_sha256, ordering_key, reference, next_attempt_at)
+              payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
 FROM STDIN WITH (FORMAT csv);
 
 -- name: copy_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-                       payload_sha256, ordering_key, reference) FROM STDIN WITH (FORMAT csv);
+                       payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT csv);
 
 -- name: copy_scheduled_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-                       payload_sha256, ordering_key, reference, next_attempt_at)
+                       payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
 FROM STDIN WITH (FORMAT csv);
 
 -- name: insert_effects
 -- The chunk where keys may be taken: those rows are skipped here, classified next.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
 SELECT i.idempotency_key, i.job, i.batch_id, i.run_id, i.endpoint, i.recipient, i.payload,
-       i.payload_sha256, i.ordering_key, i.reference, COALESCE(i.next_attempt_at, now())
+       i.payload_sha256, i.ordering_key, i.reference, i.supersedes,
+       COALESCE(i.next_attempt_at, now())
 FROM incoming_effects i
 WHERE NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = i.idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING;
@@ -79,14 +81,18 @@ WITH classified AS (
     LEFT JOIN key_ledger l ON l.idempotency_key = i.idempotency_key
 ), deferred AS (
     INSERT INTO deferred_effects (run_id, task_id, idempotency_key, endpoint, recipient, payload,
-                                  payload_sha256, ordering_key, reference, not_before)
+                                  payload_sha256, ordering_key, reference, supersedes,
+                                  not_before)
     SELECT %(run_id)s, %(task_id)s, c.idempotency_key, c.endpoint, c.recipient, c.payload,
-           c.payload_sha256, c.ordering_key, c.reference, c.next_attempt_at
+           c.payload_sha256, c.ordering_key, c.reference, c.supersedes, c.next_attempt_at
     FROM classified c WHERE c.stored_sha256 IS NULL
     RETURNING 1
 )
 SELECT count(*) FILTER (WHERE c.stored_sha256 <> c.payload_sha256) AS mismatches,
-       (SELECT count(*) FROM deferred) AS deferred
+       (SELECT count(*) FROM deferred) AS deferred,
+       -- a few of them by key, for the driver's WARNING (never the payloads)
+       (array_agg(c.idempotency_key ORDER BY c.idempotency_key)
+            FILTER (WHERE c.stored_sha256 <> c.payload_sha256))[1:5] AS mismatch_keys
 FROM classified c;
 
 -- name: stage_rejects

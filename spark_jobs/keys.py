@@ -21,6 +21,11 @@ Refused when the expression is built: float/double (Python keys them by
 ``float.hex()``, which no built-in reproduces; floats are not business identity
 anyway), ``timestamp_ntz`` (no time zone: it names no instant), and nested types.
 A property test (tests/spark/test_keys_agree.py) proves the agreement.
+
+``revision``: an int, or the name of an integer column (per row: NULL means 1);
+a revision >= 2 appends ``|r<n>`` as ``dispatcher.keys`` does; a revision
+below 1 gives a NULL key, which the contract rejects with its reason.
+``supersedes_column`` is the key of ``revision - 1`` (NULL for the original).
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from __future__ import annotations
 from typing import Any
 
 from dispatcher.errors import InvalidEffect
-from dispatcher.keys import KEY_VERSION, SEPARATOR, encode_part
+from dispatcher.keys import KEY_VERSION, REVISION_TAG, SEPARATOR, check_revision, encode_part
+
+Revision = int | str  # a number, or the name of an integer column
 
 
-def effect_key_column(namespace: str, schema: Any, *columns: str) -> Any:
+def effect_key_column(namespace: str, schema: Any, *columns: str, revision: Revision = 1) -> Any:
     """A Column of 64-hex keys of ``(namespace, *columns)``, as ``effect_key`` would give.
 
     ``schema`` is the DataFrame's StructType: each column's type picks its
@@ -39,11 +46,50 @@ def effect_key_column(namespace: str, schema: Any, *columns: str) -> Any:
     """
     from pyspark.sql import functions as F
 
-    return F.sha2(encoded_parts_column(namespace, schema, *columns), 256)
+    return F.sha2(encoded_parts_column(namespace, schema, *columns, revision=revision), 256)
 
 
-def encoded_parts_column(namespace: str, schema: Any, *columns: str) -> Any:
+def supersedes_column(namespace: str, schema: Any, *columns: str, revision: Revision) -> Any:
+    """The key the row's revision corrects (revision - 1); NULL for revision 1."""
+    from pyspark.sql import functions as F
+
+    number = _revision(schema, revision)
+    earlier = F.sha2(_with_revision(_parts(namespace, schema, columns), number - 1), 256)
+    return F.when(number > 1, earlier)
+
+
+def encoded_parts_column(namespace: str, schema: Any, *columns: str, revision: Revision = 1) -> Any:
     """The string that is hashed, as ``dispatcher.keys.encode_parts`` builds it."""
+    parts = _parts(namespace, schema, columns)
+    if revision == 1:
+        return parts
+    return _with_revision(parts, _revision(schema, revision))
+
+
+def _revision(schema: Any, revision: Revision) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(revision, str):
+        if revision not in schema.fieldNames() or not isinstance(
+            schema[revision].dataType, T.ByteType | T.ShortType | T.IntegerType | T.LongType
+        ):
+            raise InvalidEffect(
+                "revision", f"{revision!r} is not an integer column", "name an int column"
+            )
+        return F.coalesce(F.col(revision).cast("long"), F.lit(1))
+    return F.lit(check_revision(revision))
+
+
+def _with_revision(parts: Any, number: Any) -> Any:
+    """``parts`` for revision 1, ``parts|r<n>`` above; NULL (a reject) below 1."""
+    from pyspark.sql import functions as F
+
+    suffix = F.concat(F.lit(SEPARATOR + REVISION_TAG), number.cast("string"))
+    return F.when(number == 1, parts).when(number > 1, F.concat(parts, suffix))
+
+
+def _parts(namespace: str, schema: Any, columns: tuple[str, ...]) -> Any:
     from pyspark.sql import functions as F
 
     if not isinstance(namespace, str) or not namespace:

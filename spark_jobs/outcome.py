@@ -30,13 +30,15 @@ class Marker(BatchCounts):
     """A committed batch's marker: the run that committed it and its counts."""
 
     run_id: str
+    hold_reason: str | None = None  # the volume guard held it (spark_jobs.guard)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BatchOutcome(BatchCounts):
     """What this call did. ``status``: committed (by this run); replayed (a marker
     existed before we started: nothing written, counts zero, the marker's in
-    ``original``); lost_race (another run committed the batch meanwhile)."""
+    ``original``); lost_race (another run committed the batch meanwhile). A
+    committed batch the volume guard held has ``held_reason``."""
 
     job: str
     batch_id: str
@@ -44,3 +46,5 @@ class BatchOutcome(BatchCounts):
     run_id: str | None
     resolved_by_marker: bool = False
     original: Marker | None = None
+    # The volume guard held the batch (committed, not claimable): why. None: it flows.
+    held_reason: str | None = None

@@ -45,8 +45,8 @@ def read_marker(engine: Engine, job: str, batch_id: str) -> Marker | None:
         row = conn.execute(_Q["read_marker"], {"job": job, "batch_id": batch_id}).mappings().first()
     if row is None:
         return None
-    counts = {k: int(v) for k, v in row.items() if k != "run_id"}
-    return Marker(run_id=str(row["run_id"]), **counts)
+    counts = {k: int(v) for k, v in row.items() if k not in ("run_id", "hold_reason")}
+    return Marker(run_id=str(row["run_id"]), hold_reason=row["hold_reason"], **counts)
 
 
 def endpoint_kinds(engine: Engine) -> dict[str, str]:

@@ -25,11 +25,13 @@ from typing import Any
 
 from dispatcher import db
 from dispatcher.errors import ConfigurationError, OutboxError
-from spark_jobs import commit, phases, runs
+from spark_jobs import commit, phases, preview, runs
 from spark_jobs.chunks import RunTag, TaskReport
 from spark_jobs.contract import effect_frame, result_frame
 from spark_jobs.executor import CHUNK_ROWS, REPORT_SCHEMA, effects_writer, results_writer
+from spark_jobs.guard import VolumeGuard
 from spark_jobs.outcome import BatchOutcome, Marker
+from spark_jobs.preview import BatchPreview
 from spark_jobs.results import ResultsSpec
 from spark_jobs.streams import stream_batch_id
 
@@ -49,6 +51,8 @@ class OutboxSink:
     chunk_rows: int = CHUNK_ROWS
     # A run older than this that has not committed is swept with its rows.
     abandoned_after_s: float = 3600.0
+    # Holds an outsized batch for an operator (spark_jobs.guard); VolumeGuard.off() disables.
+    volume_guard: VolumeGuard = dataclasses.field(default_factory=VolumeGuard)
 
     def __post_init__(self) -> None:
         if self.on_invalid not in ("reject", "fail"):
@@ -107,6 +111,13 @@ class OutboxSink:
             engine.dispose()
         return self._log(outcome)
 
+    def preview(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchPreview:
+        """What ``write`` would do with this batch, computed in full, written nowhere
+        (spark_jobs.preview): new, same-payload and changed keys, rejects, the guard."""
+        return preview.preview(
+            self.job, self.database_url, self.volume_guard, results_df, effects_df, batch_id
+        )
+
     def _write_on_executors(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.Written:
         """Effects into the outbox, results and rejects into staging: one Spark job each.
 
@@ -131,6 +142,7 @@ class OutboxSink:
             result_columns=tuple(results_df.columns) if results_df is not None else (),
             on_invalid=self.on_invalid,
             spark_app_id=effects_df.sparkSession.sparkContext.applicationId,
+            volume_guard=self.volume_guard,
         )
 
     def _replayed(self, batch_id: str, original: Marker) -> BatchOutcome:

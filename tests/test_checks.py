@@ -93,6 +93,7 @@ rows = st.fixed_dictionaries(
         "recipient": optional_texts,
         "ordering_key": optional_texts,
         "reference": optional_texts,
+        "supersedes": st.one_of(st.none(), keys),
         "reject_reason": st.one_of(st.none(), st.just("declared by the job")),
         "not_before": st.one_of(
             st.none(), st.just(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
@@ -108,6 +109,7 @@ def _expected(row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any
         return None, {"reason": reason, "raw_row": json.loads(raw_json(row))}
     valid = {k: row[k] for k in ("idempotency_key", "endpoint", "recipient", "ordering_key")}
     valid |= {"reference": row["reference"], "not_before": row["not_before"]}
+    valid |= {"supersedes": row["supersedes"]}
     valid |= {"payload": data.decode("utf-8"), "payload_sha256": payload_sha256(data)}
     return valid, None
 
@@ -135,6 +137,7 @@ def test_email_effects_are_checked_against_the_email_contract() -> None:
             "endpoint": "mail",
             "ordering_key": None,
             "reference": None,
+            "supersedes": None,
             "reject_reason": None,
             "not_before": None,
             **row,

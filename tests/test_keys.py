@@ -127,3 +127,23 @@ def test_non_finite_decimals_are_refused() -> None:
 def test_empty_namespace_is_refused() -> None:
     with pytest.raises(ValueError, match="namespace"):
         effect_key("")
+
+
+def test_a_revision_is_a_new_key_and_names_the_one_it_supersedes() -> None:
+    from dispatcher.keys import encode_parts, superseded_key
+
+    original = effect_key("invoice.issued", "B")
+    assert effect_key("invoice.issued", "B", revision=1) == original
+    second = effect_key("invoice.issued", "B", revision=2)
+    assert second != original and encode_parts("invoice.issued", "B", revision=2).endswith("|r2")
+    assert superseded_key("invoice.issued", "B", revision=2) == original
+    assert superseded_key("invoice.issued", "B", revision=3) == second
+    assert superseded_key("invoice.issued", "B", revision=1) is None
+    # "r2" is no part's tag: no part list can forge a revision's encoding.
+    assert second not in {
+        effect_key("invoice.issued", "B", "r2"),
+        effect_key("invoice.issued", "B", 2),
+    }
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="revision"):
+            effect_key("invoice.issued", "B", revision=bad)  # type: ignore[arg-type]

@@ -14,9 +14,11 @@ from api.schemas import (
     ActionDonePublic,
     BulkRequeueCreate,
     BulkRequeuePublic,
+    HoldDecisionCreate,
+    HoldDecisionPublic,
     OperatorActionPublic,
 )
-from dispatcher import audit, operations
+from dispatcher import audit, holds, operations
 from dispatcher.filters import build_filter
 
 router = APIRouter(tags=["operate"])
@@ -66,6 +68,24 @@ def bulk_requeue(conn: Conn, token: Operator, body: BulkRequeueCreate) -> BulkRe
         conn, flt, cap=body.cap, dry_run=body.dry_run, actor=token.name, reason=body.reason
     )
     return BulkRequeuePublic.model_validate(result)
+
+
+@router.post("/v1/batches/release", response_model=HoldDecisionPublic, responses=WRITE_ERRORS)
+def release_batch(conn: Conn, token: Operator, body: HoldDecisionCreate) -> HoldDecisionPublic:
+    """A batch the volume guard held: its effects become claimable (dry_run: count only)."""
+    done = holds.release(
+        conn, body.job, body.batch_id, actor=token.name, reason=body.reason, dry_run=body.dry_run
+    )
+    return HoldDecisionPublic.model_validate(done)
+
+
+@router.post("/v1/batches/cancel", response_model=HoldDecisionPublic, responses=WRITE_ERRORS)
+def cancel_batch(conn: Conn, token: Operator, body: HoldDecisionCreate) -> HoldDecisionPublic:
+    """A batch the volume guard held: its pending effects are cancelled, none is sent."""
+    done = holds.cancel(
+        conn, body.job, body.batch_id, actor=token.name, reason=body.reason, dry_run=body.dry_run
+    )
+    return HoldDecisionPublic.model_validate(done)
 
 
 @router.get(

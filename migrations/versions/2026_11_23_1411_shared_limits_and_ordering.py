@@ -14,14 +14,14 @@
 - ``ix_effects_ordering``: unfinished effects that carry an ordering key, by
   ``(endpoint, ordering_key, created_at, id)``: the predecessor probe of the
   ordering rule. Rows without an ordering key never enter it.
-- ``claimable_effects`` (revision 1201's, on ``visible_effects``) gains the
+- ``claimable_effects`` (revision 1321's, on ``visible_effects``) gains the
   ordering rule, re-created in place: on an ordered endpoint an
   effect waits while an earlier one (``created_at, id``) with its ordering key
   is unfinished (pending or leased). Effects without an ordering key, and every
   effect of an unordered endpoint, pass on the first test of the rule.
 
 Revision ID: 1411
-Revises: 1201
+Revises: 1321
 Create Date: 2026-11-23 10:00:00
 """
 
@@ -31,15 +31,15 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "1411"
-down_revision = "1201"
+down_revision = "1321"
 branch_labels = None
 depends_on = None
 
 UNFINISHED = "state IN ('pending', 'leased')"
 ORDERED_UNFINISHED = "ordering_key IS NOT NULL AND state IN ('pending', 'leased')"
 
-# claimable_effects as revision 1201 made it (on visible_effects); this revision
-# adds the ordering rule to it and nothing else.
+# claimable_effects as revision 1321 made it (on visible_effects, held batches
+# excluded); this revision adds the ordering rule to it and nothing else.
 OLD_CLAIMABLE_EFFECTS = """
 CREATE OR REPLACE VIEW claimable_effects AS
 SELECT e.*
@@ -48,6 +48,10 @@ WHERE e.state IN ('pending', 'leased')
   -- NOT IN (a hashed filter) rather than a join: a scan in index order stays in
   -- order and stops at LIMIT.
   AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
+  -- Held batches (the volume guard) wait for an operator; the same hashed filter,
+  -- read from the partial index of held markers.
+  AND (e.run_id IS NULL
+       OR e.run_id NOT IN (SELECT b.run_id FROM batches b WHERE b.hold_state = 'held'))
 """
 
 # Per-key ordering (opt-in per endpoint): wait while an earlier effect with the

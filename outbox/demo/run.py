@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 
 from dispatcher import db
 from dispatcher.settings import Settings
-from outbox.demo import crash, database, dispatch, receivers, report, serve, spark_stages
+from outbox.demo import crash, database, dispatch, guard, receivers, report, serve, spark_stages
 from outbox.demo.progress import Stopwatch, say
 
 LOOPBACK = "127.0.0.0/8"
@@ -81,6 +81,7 @@ class Demo:
         self.sw = Stopwatch()
         self.stoppers: list[Callable[[], Any]] = []
         self.crash_events: list[str] = []
+        self.held: dict[str, Any] = {}
 
     def stop_all(self) -> None:
         for stop in reversed(self.stoppers):
@@ -97,6 +98,8 @@ class Demo:
         self.run_spark_and_dispatch(spark, env, engine)
         result = report.collect(engine, recv)
         result["notes"] = spark.notes
+        result["volume_guard"] = self.held
+        result["checks"] |= guard.checks(self.held)
         if a.crash:
             with self.sw.stage("crash check: clean reference run"):
                 result["crash"] = crash.compare_with_clean_run(
@@ -146,6 +149,8 @@ class Demo:
         if not crashing:
             # As in production: dispatchers deliver while Spark commits (woken by NOTIFY).
             spark.run_all(self.sw, None)
+        with self.sw.stage("volume guard: the outsized day is held, then released"):
+            self.held = guard.hold_and_release(engine, env, self.logs, spark.outsized_date)
         with self.sw.stage("dispatch: drain the outbox"):
             if crashing:
                 crash.kill_a_dispatcher_mid_drain(engine, dispatchers, self.crash_events)

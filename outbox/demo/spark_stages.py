@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
-from outbox.demo import crash, tally
+from outbox.demo import crash, guard, tally
 from outbox.demo.procs import Child, DemoFailed, run_step, tail
 from outbox.demo.progress import Stopwatch, say, watch
 
@@ -53,6 +53,10 @@ class SparkStages:
         self.notes: list[str] = []
         self.batch_days, self.stream_days = args.batch_days, args.stream_days
         self.dates = [(START + dt.timedelta(days=d)).isoformat() for d in range(self.batch_days)]
+        # One more day for the batch run, outsized: the volume guard holds it (outbox.demo.guard).
+        self.outsized_date = (
+            START + dt.timedelta(days=self.batch_days + self.stream_days)
+        ).isoformat()
 
     def run_all(self, sw: Stopwatch, crash_events: list[str] | None) -> None:
         with sw.stage("generate usage data"):
@@ -76,6 +80,7 @@ class SparkStages:
         self.batch_in.mkdir(parents=True)
         for name in (f"events-{d}.json" for d in self.dates):
             shutil.copy2(self.generated / name, self.batch_in / name)
+        self._generate_outsized_day(days)
         say(
             f"    {made['events']:,} events ({made['bad_rows']} planted bad rows) in "
             f"{len(made['files'])} daily files: {self.batch_days} for the batch run, "
@@ -84,7 +89,8 @@ class SparkStages:
 
     def batch(self, crash_events: list[str] | None, env: Mapping[str, str] | None = None) -> None:
         args = ["spark", "run", "billing", "--mode", "batch", "--input", str(self.batch_in)]
-        args += [a for d in self.dates for a in ("--date", d)]
+        args += [a for d in [*self.dates, self.outsized_date] for a in ("--date", d)]
+        args += guard.guard_args(self.batch_days)
         env = env or self.env
         if crash_events is not None:
             paused = {
@@ -137,6 +143,20 @@ class SparkStages:
                 f"its batches had committed (log: {child.log_path})"
             )
             say(f"    note: {self.notes[-1]}")
+
+    def _generate_outsized_day(self, days: int) -> None:
+        """A day with CUSTOMERS_FACTOR times the customers, as dense in events as the others."""
+        factor = guard.CUSTOMERS_FACTOR
+        run_step(
+            "generate-outsized",
+            ["spark", "generate", "--customers", str(self.args.customers * factor),
+             "--events", str(self.args.events * factor // days), "--seed", str(self.args.seed),
+             "--days", "1", "--start", self.outsized_date, "--out", str(self.generated / "big")],
+            self.env, self.logs,
+        )  # fmt: skip
+        name = f"events-{self.outsized_date}.json"
+        shutil.copy2(self.generated / "big" / name, self.batch_in / name)
+        say(f"    plus {name} with {factor}x the customers, for the volume guard to hold")
 
     def run_clean_reference(self, url: str, engine: Engine) -> None:
         """The same job on the same input, into another database, with a fresh checkpoint."""

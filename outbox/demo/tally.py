@@ -101,3 +101,9 @@ def committed_batches(conn: Connection, job: str) -> dict[str, int]:
 
 def invoice_dates(conn: Connection, job: str) -> list[str]:
     return [d.isoformat() for (d,) in conn.execute(_Q["invoice_dates"], {"job": job})]
+
+
+def batch_states(conn: Connection, job: str, batch_id: str) -> dict[str, int]:
+    """``{state: n}`` of one batch's effects."""
+    rows = conn.execute(_Q["batch_states"], {"job": job, "batch_id": batch_id})
+    return {str(state): int(n) for state, n in rows}

@@ -84,3 +84,8 @@ FROM batches WHERE job = :job;
 -- name: invoice_dates
 -- The days a job has invoiced (a stream closes a day once the watermark passes it).
 SELECT DISTINCT invoice_date FROM invoices WHERE job = :job ORDER BY invoice_date;
+
+-- name: batch_states
+-- What one batch's effects are doing now (the volume guard stage).
+SELECT state, count(*) FROM visible_effects
+WHERE job = :job AND batch_id = :batch_id GROUP BY state;

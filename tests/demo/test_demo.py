@@ -69,7 +69,7 @@ def test_receivers_saw_each_delivered_effect_exactly_once(demo: Any) -> None:
 def test_the_results_and_the_batches_agree(demo: Any) -> None:
     report, _, _ = demo
     jobs = {b["job"]: b for b in report["batches"]}
-    assert jobs["billing"]["batches"] == 1  # one batch per billed day
+    assert jobs["billing"]["batches"] == 2  # one batch per billed day, and the outsized day
     assert jobs["billing.stream"]["batches"] >= 1  # the streaming query over arriving files
     assert report["result_rows"] > 0
     spark_effects = sum(b["effects_new"] for b in report["batches"])
@@ -99,3 +99,12 @@ def test_the_report_is_printed_timed_and_holds_no_secret(demo: Any) -> None:
     assert all(s["seconds"] >= 0 for s in report["stages"])
     text = Path(path).read_text()
     assert "obx_" not in text and "whsec_" not in text and "token" not in report
+
+
+def test_the_volume_guard_held_the_outsized_day_until_its_release(demo: Any) -> None:
+    report, stdout, _ = demo
+    held = report["volume_guard"]
+    assert held["held"] and "above 1.5x the median" in held["reason"]
+    assert set(held["states_while_held"]) == {"pending"}
+    assert held["released"] == sum(held["states_while_held"].values()) > 0
+    assert "committed but held" in stdout and "released" in stdout

@@ -194,6 +194,7 @@ def test_signatures_verify_with_the_standardwebhooks_package() -> None:
     with pytest.raises(Exception, match=r"(?i)signature"):
         Webhook(secret).verify(b'{"a": 2}', headers)
 
+
 def test_allow_listing_0_0_0_0_8_does_not_open_the_ipv6_loopback_or_unspecified() -> None:
     for address in ("::", "::1"):
         with pytest.raises(ssrf.SsrfRefused):

@@ -23,6 +23,7 @@ EFFECT_ARROW_SCHEMA = pa.schema(
         ("recipient", pa.string()),
         ("ordering_key", pa.string()),
         ("reference", pa.string()),
+        ("supersedes", pa.string()),
         ("reject_reason", pa.string()),
         ("not_before", pa.timestamp("us", tz="UTC")),
     ]
