@@ -45,6 +45,12 @@ CATEGORIES = {
         Category("pending", True, "waiting for its first or next attempt, or being sent"),
         Category("dead", True, "given up (see last_error): requeue or recover it once fixed"),
         Category("cancelled", True, "cancelled by an operator: never sent"),
+        Category(
+            "held",
+            True,
+            "in a batch the volume guard held: sent after an operator's release, "
+            "never after a cancel",
+        ),
         Category("purged", True, "finished, then retention removed its payload and attempts"),
         Category("missing", False, "counted new at commit, but no effect row of the batch exists"),
         Category("unexpected", False, "an effect row of the batch the marker did not count"),
@@ -65,6 +71,7 @@ STATE_CATEGORY = {
     "delivered": "delivered",
     "dead": "dead",
     "cancelled": "cancelled",
+    "held": "held",
     "purged": "purged",
 }
 

@@ -211,6 +211,8 @@ def _check_endpoints(url: str) -> None:
             "`outbox endpoints add email billing-email --smtp-host ...`): a batch run "
             "without them would commit its effects as rejects"
         )
+
+
 def preview_text(p: dict[str, Any]) -> str:
     """A preview (spark_jobs.preview.BatchPreview as a dict) for a person."""
     lines = [

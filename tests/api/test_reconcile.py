@@ -128,6 +128,21 @@ def test_every_gap_is_explained_or_reported(
         "delivered_unrecorded": 1,
     }
     assert broken["unexplained"] == 3
+    with engine.begin() as conn:  # the volume guard holds the batch: pending reads held
+        conn.execute(
+            sa.text("UPDATE batches SET hold_state = 'held' WHERE job = :j AND batch_id = :b"),
+            {"j": JOB, "b": GOOD},
+        )
+    (held,) = client.get(
+        "/v1/reconcile", params={"job": JOB, "batch_id": GOOD}, headers=auth
+    ).json()
+    assert _count(held["lines"])["held"] == 1 and "pending" not in _count(held["lines"])
+    assert held["unexplained"] == 0
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE batches SET hold_state = NULL WHERE job = :j AND batch_id = :b"),
+            {"j": JOB, "b": GOOD},
+        )
     everything = client.get("/v1/reconcile", params={"job": JOB}, headers=auth).json()
     assert [r["batch_id"] for r in everything] == [BROKEN, GOOD]  # newest first
 
