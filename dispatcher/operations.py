@@ -38,6 +38,11 @@ class BulkRequeue:
     dry_run: bool
     cap: int
 
+    @property
+    def over_cap(self) -> bool:
+        """More match than ``cap``: ``matched`` is then cap + 1, not the true count."""
+        return self.matched > self.cap
+
 
 def check_reason(reason: str) -> str:
     if not reason or not reason.strip():

@@ -174,7 +174,7 @@ def recover(args: argparse.Namespace, settings: Settings) -> int:
     died = f"dead effect(s) of {args.name} that died since {output.cell(since)}"
     if not done.dry_run:
         print(f"requeued {done.requeued} {died}")
-    elif done.matched > done.cap:  # counted up to cap + 1: the true number is unknown
+    elif done.over_cap:  # the true number is unknown
         print(f"more than {done.cap} {died}: a requeue would be refused; raise --cap")
     else:
         print(f"would requeue {done.matched} {died}")
