@@ -238,6 +238,27 @@ class HoldDecisionCreate(ActionCreate):
     dry_run: bool = Field(False, description="only count the effects it would change")
 
 
+class RejectsRequeueCreate(HoldDecisionCreate):
+    cap: int = Field(1000, ge=1, le=10_000, description="refuse if more rejects match")
+    dry_run: bool = Field(True, description="only count; send false to enqueue")
+
+
+class RejectsRequeuePublic(Public):
+    job: str
+    batch_id: str
+    matched: int = Field(
+        description="rejects naming an unregistered endpoint, not requeued before "
+        "(counted up to cap + 1; over the cap nothing is done)"
+    )
+    enqueued: int = Field(description="became new effects (or would, on a dry run)")
+    known: int = Field(description="their key was already an effect: nothing new")
+    still_refused: dict[str, int] = Field(
+        description="reason -> rows that fail the checks again (e.g. still unregistered)"
+    )
+    dry_run: bool
+    cap: int
+
+
 class HoldDecisionPublic(Public):
     job: str
     batch_id: str
@@ -263,6 +284,9 @@ class RejectPublic(Public):
         description="the row as the job produced it; masked for the support role"
     )
     rejected_at: Instant
+    requeued_at: Instant | None = Field(
+        None, description="when it was enqueued again (POST /v1/rejects/requeue)"
+    )
 
 
 class RejectPagePublic(Public):

@@ -35,6 +35,10 @@ class InvalidRequest(InvalidInput):
 
 
 class UnknownEndpoint(InvalidEffect):
+    # How its message starts, also as a reject's reason: the one reject a fix
+    # outside the data (registering the endpoint) can cure, found by this prefix.
+    PREFIX = "endpoint: no endpoint named "
+
     def __init__(self, name: str) -> None:
         super().__init__(
             "endpoint",

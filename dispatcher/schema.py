@@ -324,6 +324,8 @@ rejects = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("raw_row", pg.JSONB, nullable=False),
     _ts("rejected_at", nullable=False, default_now=True),
+    # Set when an unknown-endpoint reject was enqueued again (dispatcher.rejects.requeue).
+    _ts("requeued_at"),
     # Ends in id: the keyset of a batch's rejects page (GET /v1/rejects).
     sa.Index(None, "job", "batch_id", "id"),
 )

@@ -1,4 +1,4 @@
-"""``outbox effects list|show`` and ``outbox rejects list``: find things without psql.
+"""``outbox effects list|show`` and ``outbox rejects list|requeue``: find things without psql.
 
 The same read model as the API (``dispatcher.audit``, ``dispatcher.rejects``)
 and the same search rules: a batch's effects (``--job`` + ``--batch-id``) need
@@ -10,7 +10,9 @@ so it shows payloads and raw rows unmasked, as the API does for operators.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 from dispatcher import audit, db, rejects
@@ -18,7 +20,7 @@ from dispatcher.errors import InvalidRequest
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from dispatcher.settings import Settings
 from outbox import output
-from outbox.database import database_url
+from outbox.database import cli_actor, database_url
 
 
 def register(sub: Any) -> None:
@@ -50,6 +52,20 @@ def register(sub: Any) -> None:
     rls.add_argument("--batch-id", required=True, help="batch id, e.g. 2026-01-01")
     _page_args(rls)
     rls.set_defaults(handler=list_rejects)
+    rq = rcmds.add_parser(
+        "requeue",
+        help="enqueue again a batch's effects refused for naming an unregistered endpoint "
+        "(register it first); other rejects stay rejects",
+    )
+    rq.add_argument("job", help="job name, e.g. billing")
+    rq.add_argument("batch_id", help="batch id, e.g. 2026-01-01")
+    rq.add_argument("--reason", required=True, help="why (kept in the operator actions)")
+    rq.add_argument("--dry-run", action="store_true", help="count what it would do; write nothing")
+    rq.add_argument(
+        "--cap", type=int, default=1000, help="refuse when more rejects match (default 1000)"
+    )
+    rq.add_argument("--json", action="store_true", help="the result as one JSON object")
+    rq.set_defaults(handler=requeue_rejects)
 
 
 def _page_args(p: argparse.ArgumentParser) -> None:
@@ -177,4 +193,43 @@ def list_rejects(args: argparse.Namespace, settings: Settings) -> int:
         ((r.rejected_at, r.reason, r.raw_row) for r in page.items),
     )
     output.more(page.next_cursor)
+    return 0
+
+
+def requeue_rejects(args: argparse.Namespace, settings: Settings) -> int:
+    engine = _connect(settings)
+    try:
+        with db.translated(), engine.begin() as conn:
+            done = rejects.requeue(
+                conn,
+                args.job,
+                args.batch_id,
+                actor=cli_actor(),
+                reason=args.reason,
+                dry_run=args.dry_run,
+                cap=args.cap,
+            )
+    finally:
+        engine.dispose()
+    if args.json:
+        print(json.dumps(dataclasses.asdict(done) | {"over_cap": done.over_cap}))
+        return 1 if done.over_cap else 0
+    where = f"{done.job} / {done.batch_id}"
+    if done.over_cap:
+        print(
+            f"more than {done.cap} rejects of {where} name an unregistered endpoint; "
+            "nothing changed: raise --cap"
+        )
+        return 1
+    if done.matched == 0:
+        print(f"no rejects of {where} name an unregistered endpoint (or all were requeued)")
+        return 0
+    verb = "would enqueue" if done.dry_run else "enqueued"
+    print(
+        f"{'dry run: ' if done.dry_run else ''}{done.matched} reject(s) of {where} named an "
+        f"unregistered endpoint: {verb} {done.enqueued}, {done.known} already known"
+        + ("; nothing changed" if done.dry_run else "")
+    )
+    for reason, n in sorted(done.still_refused.items()):
+        print(f"  still refused ({n}): {reason}")
     return 0

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.errors import InvalidEffect
+from dispatcher.errors import InvalidEffect, UnknownEndpoint
 from dispatcher.validation import (
     MAX_ORDERING_KEY_CHARS,
     MAX_RECIPIENT_CHARS,
@@ -52,10 +52,7 @@ _VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps
 
 
 def unknown_endpoint(name: str) -> str:
-    return (
-        f"endpoint: no endpoint named {name!r} is registered; register it first "
-        "with `outbox endpoints add` or fix the name"
-    )
+    return str(UnknownEndpoint(name))
 
 
 def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str | None, bytes]:

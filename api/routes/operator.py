@@ -17,8 +17,10 @@ from api.schemas import (
     HoldDecisionCreate,
     HoldDecisionPublic,
     OperatorActionPublic,
+    RejectsRequeueCreate,
+    RejectsRequeuePublic,
 )
-from dispatcher import audit, holds, operations
+from dispatcher import audit, holds, operations, rejects
 from dispatcher.filters import build_filter
 
 router = APIRouter(tags=["operate"])
@@ -86,6 +88,24 @@ def cancel_batch(conn: Conn, token: Operator, body: HoldDecisionCreate) -> HoldD
         conn, body.job, body.batch_id, actor=token.name, reason=body.reason, dry_run=body.dry_run
     )
     return HoldDecisionPublic.model_validate(done)
+
+
+@router.post("/v1/rejects/requeue", response_model=RejectsRequeuePublic, responses=WRITE_ERRORS)
+def requeue_rejects(
+    conn: Conn, token: Operator, body: RejectsRequeueCreate
+) -> RejectsRequeuePublic:
+    """A batch's effects rejected for naming an unregistered endpoint are enqueued again
+    (register the endpoint first); other rejects stay. dry_run (the default) only counts."""
+    done = rejects.requeue(
+        conn,
+        body.job,
+        body.batch_id,
+        actor=token.name,
+        reason=body.reason,
+        dry_run=body.dry_run,
+        cap=body.cap,
+    )
+    return RejectsRequeuePublic.model_validate(done)
 
 
 @router.get(

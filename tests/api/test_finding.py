@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import json
 import re
 import uuid
 
@@ -15,9 +16,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
 from dispatcher.schema import rejects
+from spark_jobs.checks import raw_json, unknown_endpoint
 from tests.api.builders import story
 from tests.api.conftest import Tokens, window
 from tests.api.test_ui import _sign_in
+from tests.conftest import insert_endpoint
 
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
 
@@ -126,3 +129,38 @@ def test_root_leads_to_the_support_page_and_docs_use_only_the_apps_files(
     for asset in assets:
         assert client.get(asset).status_code == 200, asset
     assert client.get("/redoc").status_code == 404  # its page would need a CDN
+
+
+def test_an_operator_requeues_a_batchs_unknown_endpoint_rejects_once_it_is_registered(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    row = {"idempotency_key": "ab" * 32, "endpoint": "late", "payload": '{"n": 1}'}
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(rejects).values(
+                job="billing",
+                batch_id="2026-11-21",
+                reason=unknown_endpoint("late"),  # the sink's own words
+                raw_row=json.loads(raw_json(row | {"recipient": None})),
+            )
+        )
+        _reject(conn, 2, {"payload": "{not json"})  # another reason: never requeued
+    body = {"job": "billing", "batch_id": "2026-11-21", "reason": "registered late"}
+    refused = client.post("/v1/rejects/requeue", json=body, headers=api_tokens.auth("support"))
+    assert refused.status_code == 403
+    auth = api_tokens.auth("operator")
+    unknown = client.post("/v1/rejects/requeue", json=body | {"dry_run": False}, headers=auth)
+    assert unknown.json()["still_refused"] == {unknown_endpoint("late"): 1}
+    insert_endpoint(engine, "late")
+    dry = client.post("/v1/rejects/requeue", json=body, headers=auth).json()  # dry by default
+    assert (dry["matched"], dry["enqueued"], dry["dry_run"]) == (1, 1, True)
+    done = client.post("/v1/rejects/requeue", json=body | {"dry_run": False}, headers=auth)
+    assert (done.status_code, done.json()["enqueued"]) == (200, 1)
+    effect = client.get(f"/v1/effects/{'ab' * 32}", headers=auth)
+    assert effect.status_code == 200 and effect.json()["effect"]["state"] == "pending"
+    batch = {"job": "billing", "batch_id": "2026-11-21"}
+    page = client.get("/v1/rejects", params=batch, headers=auth).json()
+    requeued = {r["reason"]: r["requeued_at"] is not None for r in page["items"]}
+    assert requeued == {unknown_endpoint("late"): True, "r2": False}
+    blank = client.post("/v1/rejects/requeue", json=body | {"reason": " "}, headers=auth)
+    assert blank.status_code == 422

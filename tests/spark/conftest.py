@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.session import build_session
+from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.spark
 
 # Baseline after two batches; 3x the median and at least one effect holds a batch.
 GUARD = VolumeGuard(Limits(factor=3, min_effects=1, min_batches=2))
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
 
 
 def _rows(first: int, n: int, version: int = 1) -> list[tuple[Any, ...]]:
