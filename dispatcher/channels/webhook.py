@@ -12,9 +12,11 @@ error classes below; the outcome table is in docs/dispatcher.md.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
+import types
 
 import aiohttp
 import yarl
@@ -103,7 +105,12 @@ class WebhookChannel:
             socket_factory=ssrf.socket_factory(self._settings.ssrf_allow_networks),
             ttl_dns_cache=60,
         )
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        # Counts the body bytes passed to the connection, per request (``Written``).
+        written = aiohttp.TraceConfig()
+        written.on_request_chunk_sent.append(_chunk_sent)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, trace_configs=[written]
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -142,6 +149,7 @@ class WebhookChannel:
         body = effect.payload.encode("utf-8")
         secrets = [self._secret(text) for text in endpoint.active_secrets()]
         headers = signing.headers(secrets, effect.idempotency_key, int(time.time()), body)
+        written = Written()
         try:
             url = self._url(endpoint)
             async with self._session.post(
@@ -150,10 +158,31 @@ class WebhookChannel:
                 headers=headers,
                 timeout=self._timeout(timeout_s),
                 allow_redirects=False,
+                trace_request_ctx=written,
             ) as resp:
                 return await _answered(resp)
         except Exception as exc:  # a receiver's doing, never the worker's end
-            return failed(exc, timeout_s)
+            # No usable status line: if the whole body had gone out, the receiver may
+            # have acted on it (an 'uncertain' outcome where it cannot deduplicate).
+            handed_over = bool(body) and written.bytes >= len(body)
+            return dataclasses.replace(failed(exc, timeout_s), handed_over=handed_over)
+
+
+@dataclasses.dataclass
+class Written:
+    """The request body's bytes passed to the connection so far (one per request)."""
+
+    bytes: int = 0
+
+
+async def _chunk_sent(
+    session: aiohttp.ClientSession,
+    context: types.SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    written = context.trace_request_ctx
+    if isinstance(written, Written):
+        written.bytes += len(params.chunk)
 
 
 async def _answered(resp: aiohttp.ClientResponse) -> Sent:
