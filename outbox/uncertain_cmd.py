@@ -30,9 +30,11 @@ def register(cmds: Any) -> None:
         "resolve", help="an uncertain effect: mark it delivered, or send it again"
     )
     res.add_argument("key", nargs="?", help="the idempotency key (64 hex)")
-    res.add_argument("--endpoint", help="instead of KEY: every uncertain effect of this endpoint")
     res.add_argument(
-        "--cap", type=int, default=1000, help="with --endpoint: refuse if more match (1000)"
+        "--endpoint", help="instead of KEY: every uncertain effect of this endpoint (default: none)"
+    )
+    res.add_argument(
+        "--cap", type=int, default=1000, help="with --endpoint: refuse if more match (default 1000)"
     )
     what = res.add_mutually_exclusive_group(required=True)
     what.add_argument(
