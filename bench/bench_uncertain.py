@@ -5,6 +5,7 @@ byte goes out), side by side in one run.
 
     flock /tmp/outbox-bench.lock .venv/bin/python -m bench uncertain
     ... -- [--effects 20000] [--emails 2000] [--rounds 3] [--latency-n 300] [--rate 100]
+           [--settle-backlog 100000]
 
 Webhooks: ``outbox dispatcher run --processes 1`` delivers N POSTs to the bench
 receiver (bench/receiver.py) from an endpoint with ``deduplicates`` on, then off.
@@ -12,7 +13,9 @@ E-mail: the same with N messages to an aiosmtpd server in this process (one SMTP
 connection per message, as the channel sends). Rounds interleave (the order
 rotates); medians of deliveries/s and CPU µs per delivery. Then latency: effects
 committed one per transaction at a steady ``--rate``, p50/p99 of commit -> recorded
-(``delivered_at - created_at``, both the server's clock), per endpoint.
+(``delivered_at - created_at``, both the server's clock), per endpoint. And the
+cost of ``settle_uncertain`` (each dispatcher runs it once per heartbeat) beside
+a backlog of pending effects.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from bench import contenders, cpu
 from bench.bench_dispatch import uptime
 from bench.database import bench_database, insert_effects, load
 from bench.receiver import serve
-from dispatcher import wakeup
+from dispatcher import store, wakeup
 from dispatcher.endpoints import add_email, add_webhook
 from outbox.tools.scratch import free_port
 
@@ -159,6 +162,37 @@ def _latency(ctx: contenders.Ctx, endpoint: str, n: int, rate: float, mail: bool
         return [float(x) for x in rows]
 
 
+def _settle_cost(ctx: contenders.Ctx, backlog: int, calls: int = 50) -> tuple[float, float]:
+    """Median ms of ``store.settle_uncertain`` with ``backlog`` pending effects and 64
+    leased started sends not expired (what a busy outbox has while it runs), then
+    with those 64 expired (the call that settles them)."""
+    with ctx.engine.begin() as conn:
+        conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
+    insert_effects(ctx.engine, backlog, "bench-no-dedup")
+    with ctx.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'leased', lease_token = gen_random_uuid(),"
+                " lease_owner = 'bench', send_started_at = now(),"
+                " lease_expires_at = now() + interval '1 hour' WHERE id IN"
+                " (SELECT id FROM effects ORDER BY id LIMIT 64)"
+            )
+        )
+        conn.execute(sa.text("ANALYZE effects"))
+    idle = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        assert store.settle_uncertain(ctx.engine) == []
+        idle.append((time.perf_counter() - t0) * 1000)
+    with ctx.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE effects SET lease_expires_at = now() WHERE state = 'leased'"))
+    t0 = time.perf_counter()
+    settled = store.settle_uncertain(ctx.engine)
+    busy = (time.perf_counter() - t0) * 1000
+    assert len(settled) == 64
+    return statistics.median(idle), busy
+
+
 def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))]
 
@@ -170,6 +204,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency-n", type=int, default=300, help="0: skip latency")
     parser.add_argument("--rate", type=float, default=100.0, help="latency: commits per second")
+    parser.add_argument("--settle-backlog", type=int, default=100_000, help="0: skip")
     args = parser.parse_args(argv)
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, receiver_pid), bench_database() as url, smtp_server() as smtp_port:
@@ -183,8 +218,16 @@ def main(argv: list[str]) -> int:
                 ("e-mail, deduplicates", _drain("mail-dedup", _mails), args.emails),
                 ("e-mail, no-deduplicates", _drain("mail-no-dedup", _mails), args.emails),
             ]
-            runs = _throughput(ctx, pairs, args.rounds)
-            _report(runs, {name: n for name, _, n in pairs})
+            if args.rounds > 0:
+                runs = _throughput(ctx, pairs, args.rounds)
+                _report(runs, {name: n for name, _, n in pairs})
+            if args.settle_backlog > 0:
+                idle_ms, busy_ms = _settle_cost(ctx, args.settle_backlog)
+                print(
+                    f"\nsettle_uncertain beside {args.settle_backlog:,} pending effects: "
+                    f"{idle_ms:.2f} ms a call with nothing to settle (median of 50), "
+                    f"{busy_ms:.2f} ms settling 64"
+                )
             if args.latency_n > 0:
                 print(f"\ncommit -> recorded, {args.latency_n} effects at {args.rate:g}/s:")
                 for name, endpoint, mail in (
