@@ -204,3 +204,40 @@ def test_the_support_page_lists_uncertain_effects_masked_and_only_operators_reso
     assert done.status_code == 303
     assert _row(engine, effect.key)[0] == "pending"
     assert 'id="no-uncertain"' in client.get("/ui/uncertain").text
+
+
+def test_deduplicates_defaults_by_kind_and_is_changed_with_an_audited_diff(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.connect() as conn:  # inserted by raw SQL without the column: the trigger
+        kinds = dict(conn.execute(sa.text("SELECT name, deduplicates FROM endpoints")).all())
+    assert kinds == {"billing-webhook": True, "billing-email": False}
+    op = api_tokens.auth("operator")
+    created = client.post(
+        "/v1/endpoints",
+        json={
+            "name": "crm",
+            "url": "https://crm.example.com/hooks",
+            "deduplicates": False,
+            "reason": "CRM ignores webhook-id",
+        },
+        headers=op,
+    )
+    assert created.status_code == 200, created.text
+    assert created.json()["endpoint"]["deduplicates"] is False
+    changed = client.patch(
+        "/v1/endpoints/crm", json={"deduplicates": True, "reason": "CRM fixed"}, headers=op
+    )
+    assert changed.status_code == 200 and changed.json()["deduplicates"] is True
+    kept = client.patch(
+        "/v1/endpoints/crm", json={"deduplicates": None, "timeout_s": 5, "reason": "x"}, headers=op
+    )
+    assert kept.json()["deduplicates"] is True  # null: unchanged
+    with engine.connect() as conn:
+        details = conn.execute(
+            sa.text(
+                "SELECT details FROM operator_actions WHERE action = 'update_endpoint'"
+                " ORDER BY id LIMIT 1"
+            )
+        ).scalar_one()
+    assert details["changes"] == {"deduplicates": {"old": False, "new": True}}
