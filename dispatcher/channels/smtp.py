@@ -6,6 +6,10 @@ meet the shared e-mail contract (``validation.check_email_effect``: exactly one
 plain recipient address, a one-line subject, a text body); anything a channel
 cannot render is one attempt, dead, with a reason naming the field and the fix.
 
+Uncertain sends: the conversation is driven command by command (MAIL, RCPT,
+DATA), so a failure after the DATA terminator was written and before any reply
+is known as such (``Sent.handed_over``, docs/dispatcher.md "Uncertain sends").
+
 Security: credentials never cross a plaintext connection unless the endpoint
 opted in (``smtp_allow_plaintext_auth``). Time: one deadline for the whole send
 (connect, TLS, AUTH, every command and reply), capped by the lease; smtplib's
@@ -181,8 +185,7 @@ class EmailChannel:
         )
         await client.connect()
         try:
-            options = [f"size={len(data)}"] if client.supports_extension("size") else []
-            await client.mail(endpoint.mail_from or "", options=options)
+            await client.mail(endpoint.mail_from or "")
             try:
                 await client.rcpt(recipient)
             except aiosmtplib.SMTPRecipientRefused as exc:

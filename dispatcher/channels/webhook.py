@@ -7,7 +7,10 @@ the address it actually connects to.
 
 Whatever the receiver sends back (a broken status line, NULs, invalid UTF-8,
 an endless body, a drip, silence, a reset) ends as a ``Sent`` with one of the
-error classes below; the outcome table is in docs/dispatcher.md.
+error classes below; the outcome table is in docs/dispatcher.md. A failure with
+no status line after the whole body was written is marked ``handed_over`` (a
+trace counts the body bytes passed to the connection): for an endpoint that
+cannot deduplicate it ends 'uncertain' (docs/dispatcher.md, "Uncertain sends").
 """
 
 from __future__ import annotations

@@ -38,12 +38,14 @@ class Mailbox:
 
     def __init__(self) -> None:
         self.message_ids: list[str] = []
+        self.texts: list[str] = []
         self.modes: list[str] = ["ok"]  # the last one repeats
         self.stall_s = 30.0
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
         self.message_ids.append(str(msg["Message-ID"]))
+        self.texts.append(msg.get_body(("plain",)).get_content())  # type: ignore[union-attr]
         mode = self.modes.pop(0) if len(self.modes) > 1 else self.modes[0]
         if mode == "stall":
             await asyncio.sleep(self.stall_s)
@@ -317,3 +319,21 @@ def test_an_expired_lease_without_a_started_send_is_reclaimed_not_uncertain(
     assert _effect(engine, started)["state"] == "uncertain"
     assert _effect(engine, unstarted)["state"] == "leased"
     assert store.settle_uncertain(engine) == []  # nothing more to settle
+
+
+def test_lines_starting_with_a_dot_arrive_intact_through_the_driven_data_phase(
+    engine: Engine, fast: Settings, mailbox: tuple[Mailbox, int]
+) -> None:
+    box, port = mailbox
+    _mail_endpoint(engine, port)
+    text = ".hidden\n..two\n.\nend"
+    with engine.begin() as conn:
+        enqueue(
+            conn,
+            idempotency_key=effect_key("mail", "dots"),
+            endpoint="mail",
+            payload={"subject": "dots", "text": text},
+            recipient="d@example.com",
+        )
+    assert run_worker(fast, engine) == 0
+    assert [t.replace("\r\n", "\n").rstrip("\n") for t in box.texts] == [text]
