@@ -253,7 +253,8 @@ class Worker:
     async def _shutdown(self, delivery: Delivery, side: dict[str, asyncio.Task[None]]) -> None:
         """Finish in-flight sends (up to the timeout), hand back unsent leases,
         flush the outcomes, say we stopped. Sends cut off by the timeout stay
-        leased: they are sent again once the lease expires (at-least-once)."""
+        leased: they are sent again once the lease expires (at-least-once), or, to an
+        endpoint that cannot deduplicate, end 'uncertain'."""
         self._stopping.set()
         delivery.hold_unstarted()
         if self._in_flight:
