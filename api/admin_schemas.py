@@ -27,6 +27,10 @@ class EndpointPublic(Public):
     rate_limit_per_s: float | None = Field(description="sends per second, all dispatchers together")
     max_in_flight: int | None = Field(description="sends in flight, all dispatchers together")
     ordered: bool = Field(description="per-key ordering: an effect waits for earlier ones")
+    deduplicates: bool = Field(
+        description="the receiver honours the idempotency key; if false, a send whose outcome "
+        "is unknown becomes 'uncertain' instead of being sent again"
+    )
     enabled: bool
     paused_reason: str | None
     resting_until: dt.datetime | None = Field(
@@ -47,6 +51,9 @@ class WebhookCreate(ActionCreate):
     rate_limit_per_s: float | None = Field(None, gt=0)
     max_in_flight: int | None = Field(None, ge=1, le=100_000)
     ordered: bool = False
+    deduplicates: bool = Field(
+        True, description="false if the receiver does not honour the webhook-id header"
+    )
 
 
 class EndpointSecretPublic(BaseModel):
@@ -64,6 +71,7 @@ class EndpointUpdate(ActionCreate):
     rate_limit_per_s: float | None = Field(None, gt=0)
     max_in_flight: int | None = Field(None, ge=1, le=100_000)
     ordered: bool | None = None
+    deduplicates: bool | None = None
 
 
 class RotateSecretCreate(ActionCreate):

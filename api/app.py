@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api import errors
 from api.metrics import ApiMetrics
-from api.routes import admin, batches, docs, effects, operator, rejects, status, ui
+from api.routes import admin, batches, docs, effects, operator, rejects, status, ui, uncertain
 from dispatcher import db
 from dispatcher.settings import Settings
 
@@ -50,7 +50,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    for module in (status, effects, batches, rejects, operator, admin, ui, docs):
+    for module in (status, effects, batches, rejects, operator, uncertain, admin, ui, docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 

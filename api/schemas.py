@@ -128,6 +128,9 @@ class StateCounts(BaseModel):
     delivered: int
     dead: int
     cancelled: int
+    uncertain: int = Field(
+        description="sends that started with an unknown outcome: an operator decides"
+    )
 
 
 class WorkerPublic(Public):

@@ -25,7 +25,15 @@ from dispatcher.sqlfile import queries_beside
 _Q = queries_beside(__file__, "admin.sql")
 
 MASK = "***"
-UPDATABLE = ("url", "timeout_s", "retry_schedule_s", "rate_limit_per_s", "max_in_flight", "ordered")
+UPDATABLE = (
+    "url",
+    "timeout_s",
+    "retry_schedule_s",
+    "rate_limit_per_s",
+    "max_in_flight",
+    "ordered",
+    "deduplicates",
+)
 MAX_OVERLAP_S = 30 * 86400.0
 DEFAULT_OVERLAP_S = 86400.0
 
@@ -84,8 +92,8 @@ def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
         endpoints.check_limits(value, None)
     if field == "max_in_flight":
         endpoints.check_limits(None, value)
-    if field == "ordered" and not isinstance(value, bool):
-        raise InvalidRequest("ordered", f"{value!r} is not true or false", "give true or false")
+    if field in ("ordered", "deduplicates") and not isinstance(value, bool):
+        raise InvalidRequest(field, f"{value!r} is not true or false", "give true or false")
     if field == "retry_schedule_s" and value is not None:
         if not value or any(s < 0 for s in value):
             raise InvalidRequest(
@@ -98,7 +106,7 @@ def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
 def update_endpoint(
     conn: Connection, name: str, changes: Mapping[str, Any], *, actor: str, reason: str
 ) -> endpoints.Endpoint:
-    """Change URL, timeout, retry schedule, limits or ordering (None clears the
+    """Change URL, timeout, retry schedule, limits, ordering or deduplicates (None clears the
     retry schedule and the limits).
 
     A URL passes the same checks as on ``add``. Recorded with every changed

@@ -8,7 +8,7 @@ SELECT * FROM endpoints WHERE name = :name FOR UPDATE;
 UPDATE endpoints
 SET url = :url, timeout_s = :timeout_s, retry_schedule_s = :retry_schedule_s,
     rate_limit_per_s = :rate_limit_per_s, max_in_flight = :max_in_flight, ordered = :ordered,
-    updated_at = now()
+    deduplicates = :deduplicates, updated_at = now()
 WHERE name = :name;
 
 -- name: rotate_secret

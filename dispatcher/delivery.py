@@ -28,6 +28,7 @@ from dispatcher.dbcalls import DbCalls
 from dispatcher.endpoints import Endpoint
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
+from dispatcher.starts import SendStarts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Delivery:
         # the next effects are already waiting here while a claim is under way.
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._gone: set[str] = set()  # answered 410 here; paused until its row changes
+        self._starts = SendStarts(db, give_up_s=settings.lease_s / 4)
 
     async def start(self) -> None:
         for channel in self._channels.values():
@@ -108,6 +110,10 @@ class Delivery:
                 # Waited too long for its turn: sending now could outlive the lease
                 # and race a worker that re-claimed it. Hand it back instead.
                 return store.Release(effect.id, effect.lease_token)
+            if not endpoint.deduplicates and not await self._starts.start(effect):
+                # Its start could not be recorded (lease lost, database away): an
+                # unrecorded start must not be sent (docs/dispatcher.md, "Uncertain sends").
+                return store.Release(effect.id, effect.lease_token)
         started_at = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         if endpoint is None:
@@ -155,6 +161,13 @@ class Delivery:
         duration_ms: float,
     ) -> store.Result:
         outcome, delay_s, error = sent.outcome, 0.0, sent.error
+        if sent.handed_over and endpoint is not None and not endpoint.deduplicates:
+            # Handed over, no answer: the receiver may have it and cannot deduplicate.
+            outcome = "uncertain"
+            error = (
+                f"handed over, then no answer ({sent.error}): the receiver may have it; "
+                "not sent again automatically: mark it delivered or send it again"
+            )
         if outcome == "retry":
             schedule = (endpoint and endpoint.retry_schedule_s) or self._settings.retry_schedule_s
             delay = retry.delay_with_retry_after(

@@ -59,6 +59,9 @@ class Endpoint:
     rate_limit_per_s: float | None
     max_in_flight: int | None
     ordered: bool
+    # The receiver honours the idempotency key (webhook-id / Message-ID); if not,
+    # a send with an unknown outcome ends 'uncertain' instead of being resent.
+    deduplicates: bool
     enabled: bool
     paused_reason: str | None
     paused_at: dt.datetime | None
@@ -134,6 +137,7 @@ def add_webhook(
     rate_limit_per_s: float | None = None,
     max_in_flight: int | None = None,
     ordered: bool = False,
+    deduplicates: bool = True,
 ) -> tuple[Endpoint, str]:
     """Register a webhook endpoint; returns it and its signing secret (shown once)."""
     secret = check_signing_secret(signing_secret or generate_signing_secret())
@@ -148,6 +152,7 @@ def add_webhook(
         rate_limit_per_s=rate_limit_per_s,
         max_in_flight=max_in_flight,
         ordered=ordered,
+        deduplicates=deduplicates,
     ), secret
 
 
@@ -167,6 +172,7 @@ def add_email(
     rate_limit_per_s: float | None = None,
     max_in_flight: int | None = None,
     ordered: bool = False,
+    deduplicates: bool = False,
 ) -> Endpoint:
     if smtp_tls not in ("none", "starttls", "tls"):
         raise InvalidRequest(
@@ -201,6 +207,7 @@ def add_email(
         rate_limit_per_s=rate_limit_per_s,
         max_in_flight=max_in_flight,
         ordered=ordered,
+        deduplicates=deduplicates,
     )
 
 

@@ -2,10 +2,11 @@
 -- Register a destination; the name is what producers use, never the URL.
 INSERT INTO endpoints (name, kind, url, signing_secret, smtp_host, smtp_port, smtp_tls,
                        smtp_username, smtp_password, smtp_allow_plaintext_auth, mail_from,
-                       timeout_s, retry_schedule_s, rate_limit_per_s, max_in_flight, ordered)
+                       timeout_s, retry_schedule_s, rate_limit_per_s, max_in_flight, ordered,
+                       deduplicates)
 VALUES (:name, :kind, :url, :signing_secret, :smtp_host, :smtp_port, :smtp_tls,
         :smtp_username, :smtp_password, :smtp_allow_plaintext_auth, :mail_from, :timeout_s,
-        :retry_schedule_s, :rate_limit_per_s, :max_in_flight, :ordered)
+        :retry_schedule_s, :rate_limit_per_s, :max_in_flight, :ordered, :deduplicates)
 ON CONFLICT (name) DO NOTHING
 RETURNING id;
 

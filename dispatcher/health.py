@@ -146,7 +146,7 @@ def activity(conn: Connection, hours: int = 6) -> Activity:
 
 
 def queue_gauges(conn: Connection) -> QueueGauges:
-    counts = dict.fromkeys(("pending", "leased", "dead"), 0)
+    counts = dict.fromkeys(("pending", "leased", "dead", "uncertain"), 0)
     counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
     workers = conn.execute(_Q["live_workers"]).fetchall()
     return QueueGauges(

@@ -5,7 +5,7 @@ SELECT state, count(*) AS n FROM visible_effects GROUP BY state;
 -- name: queue_counts
 -- The unfinished states only, for /metrics on every scrape: small when the queue drains.
 SELECT state, count(*) AS n FROM visible_effects
-WHERE state IN ('pending', 'leased', 'dead')
+WHERE state IN ('pending', 'leased', 'dead', 'uncertain')
 GROUP BY state;
 
 -- name: queue_stats

@@ -14,7 +14,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.deliveries = Counter(
             "outbox_deliveries",
-            "Attempts recorded, by endpoint and outcome (delivered, retry, dead, gone, stale)",
+            "Attempts recorded, by endpoint and outcome "
+            "(delivered, retry, dead, gone, uncertain, stale)",
             ["endpoint", "outcome"],
             registry=self.registry,
         )

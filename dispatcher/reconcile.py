@@ -51,6 +51,12 @@ CATEGORIES = {
             "in a batch the volume guard held: sent after an operator's release, "
             "never after a cancel",
         ),
+        Category(
+            "uncertain",
+            True,
+            "its send started and the outcome is unknown (the endpoint cannot deduplicate): "
+            "an operator marks it delivered or sends it again",
+        ),
         Category("purged", True, "finished, then retention removed its payload and attempts"),
         Category("missing", False, "counted new at commit, but no effect row of the batch exists"),
         Category("unexpected", False, "an effect row of the batch the marker did not count"),
@@ -72,6 +78,7 @@ STATE_CATEGORY = {
     "dead": "dead",
     "cancelled": "cancelled",
     "held": "held",
+    "uncertain": "uncertain",
     "purged": "purged",
 }
 

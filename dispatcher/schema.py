@@ -6,13 +6,16 @@ next to the code that runs it; these tables give it names and types.
 
 Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 (``leased``), then *delivered*, *retried* (back to ``pending`` with a later
-``next_attempt_at``), *dead* or *cancelled*. A batch is *written* by a run, then
+``next_attempt_at``), *dead* or *cancelled*, or *uncertain* (a send to an
+endpoint that cannot deduplicate started and its outcome is unknown: an operator
+decides). A batch is *written* by a run, then
 *committed* (its row in ``batches`` is the commit marker).
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
 whose ``next_attempt_at`` has passed is claimable again. One partial index,
 ``ix_effects_due`` (by endpoint, then due time), therefore serves both first
-claims and expired-lease reclaims.
+claims and expired-lease reclaims (except of a send that started: see
+``send_started_at``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
-EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled")
+EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled", "uncertain")
 ENDPOINT_KINDS = ("webhook", "email")
 ROLES = ("support", "operator")
 HOLD_STATES = ("held", "released", "cancelled")
@@ -81,6 +84,11 @@ endpoints = sa.Table(
     sa.Column("max_in_flight", sa.Integer),  # NULL: unlimited (all dispatchers together)
     # Per-key ordering: an effect waits for earlier unfinished ones with its ordering_key.
     sa.Column("ordered", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Does the receiver honour the idempotency key? If not, a send whose outcome is
+    # unknown becomes 'uncertain' instead of being sent again (docs/dispatcher.md).
+    # Left out of an insert: the kind's default (webhook true, e-mail false), set by
+    # a trigger (migration 1311).
+    sa.Column("deduplicates", sa.Boolean, nullable=False),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
     sa.Column("paused_reason", sa.Text),
     _ts("paused_at"),
@@ -197,6 +205,9 @@ effects = sa.Table(
     sa.Column("lease_owner", sa.Text),
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("lease_expires_at"),
+    # Written durably before a send to a non-deduplicating endpoint starts, cleared
+    # by its record: a lease that expires with it set ends 'uncertain', not resent.
+    _ts("send_started_at"),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
     _ts("delivered_at"),
@@ -226,6 +237,12 @@ effects = sa.Table(
         "created_at",
         "id",
         postgresql_where=sa.text("ordering_key IS NOT NULL AND state IN ('pending', 'leased')"),
+    ),
+    # settle_uncertain: leases of started sends by expiry (only sends in flight).
+    sa.Index(
+        "ix_effects_send_started",
+        "lease_expires_at",
+        postgresql_where=sa.text("state = 'leased' AND send_started_at IS NOT NULL"),
     ),
     # Audit lookups. Each ends in (created_at, id), the keyset of the search's
     # ORDER BY created_at DESC, id DESC: rows of one batch share created_at
@@ -283,7 +300,7 @@ delivery_attempts = sa.Table(
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("started_at", nullable=False),
     sa.Column("duration_ms", sa.Float, nullable=False),
-    # delivered | retry | dead | gone | stale (the lease had been lost)
+    # delivered | retry | dead | gone | uncertain | stale (the lease had been lost)
     sa.Column("outcome", sa.Text, nullable=False),
     sa.Column("status_code", sa.Integer),
     sa.Column("error_class", sa.Text),

@@ -49,7 +49,9 @@ ENGINE_OPTIONS: dict[str, Any] = {
 }
 
 # Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
-OUTCOMES = ("delivered", "retry", "dead", "gone")
+# 'uncertain': the message was handed over to an endpoint that cannot deduplicate
+# and no answer came back (docs/dispatcher.md, "Uncertain sends").
+OUTCOMES = ("delivered", "retry", "dead", "gone", "uncertain")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +153,23 @@ def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:
     params = {"endpoints": list(ended), "ended": list(ended.values())}
     with engine.begin() as conn:
         conn.execute(_Q["leases_ended"], params)
+
+
+def start_sends(engine: Engine, leases: Sequence[tuple[int, str]]) -> set[int]:
+    """Record "this send started" for (effect id, lease token) pairs, durably, in one
+    statement; returns the ids still ours (only those may be sent)."""
+    if not leases:
+        return set()
+    params = {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+    with engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
+        conn.execute(_Q["durable_commit"])
+        return {int(row[0]) for row in conn.execute(_Q["start_sends"], params)}
+
+
+def settle_uncertain(engine: Engine) -> list[tuple[str, str]]:
+    """Expired leases of started sends become 'uncertain'; (key, endpoint) of each."""
+    with engine.begin() as conn:
+        return [(str(r[0]), str(r[1])) for r in conn.execute(_Q["settle_uncertain"])]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -130,7 +130,10 @@ WITH r AS (
 ), updated AS (
     UPDATE effects e SET
         state = CASE r.outcome WHEN 'delivered' THEN 'delivered'
-                               WHEN 'retry' THEN 'pending' ELSE 'dead' END,
+                               WHEN 'retry' THEN 'pending'
+                               WHEN 'uncertain' THEN 'uncertain' ELSE 'dead' END,
+        -- kept on an uncertain effect (when its send started), cleared otherwise
+        send_started_at = CASE WHEN r.outcome = 'uncertain' THEN e.send_started_at END,
         next_attempt_at = CASE WHEN r.outcome = 'retry'
                                THEN now() + make_interval(secs => r.delay_s)
                                ELSE e.next_attempt_at END,
@@ -213,6 +216,7 @@ WITH released AS (
     UPDATE effects e SET state = 'pending',
                          next_attempt_at = now() + make_interval(secs => r.delay_s),
                          attempt_count = GREATEST(e.attempt_count - 1, 0),
+                         send_started_at = NULL,
                          lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                          updated_at = now()
     FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:delays_s AS float8[]))
@@ -226,6 +230,57 @@ WITH released AS (
     WHERE b.endpoint = n.endpoint
 )
 SELECT id FROM released;
+
+-- name: start_sends
+-- "This send started", before any byte of it goes out, for effects of endpoints
+-- that cannot deduplicate (docs/dispatcher.md, "Uncertain sends"): fenced by the
+-- lease token, so a worker that lost a lease learns it here and does not send;
+-- run under durable_commit, so the fact survives a crash of the machine too.
+-- Returns the ids marked (the ones that may be sent).
+UPDATE effects e SET send_started_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS r(id, token)
+WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
+RETURNING e.id;
+
+-- name: settle_uncertain
+-- An expired lease of a send that started (its dispatcher died or hung mid-send)
+-- becomes 'uncertain': never claimed (claimable_effects leaves it out), never
+-- retried; an operator decides. One range of ix_effects_send_started (rows are in
+-- it only while such a send is in flight); rows a record holds are skipped (it
+-- settles them). The attempt gets its row (outcome 'uncertain'), and the lease
+-- leaves its endpoint's max_in_flight count as a recorded one does.
+WITH expired AS (
+    SELECT e.id, e.lease_owner, e.lease_token, e.attempt_count, e.send_started_at,
+           'the send started at ' || to_char(e.send_started_at AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+           || ' and its lease expired with no outcome recorded (dispatcher '
+           || COALESCE(e.lease_owner, '?') || ' stopped mid-send?): not sent again '
+           || 'automatically; mark it delivered or send it again' AS reason
+    FROM effects e
+    WHERE e.state = 'leased' AND e.send_started_at IS NOT NULL
+      AND e.lease_expires_at < now()
+    FOR UPDATE SKIP LOCKED
+), settled AS (
+    UPDATE effects e SET state = 'uncertain', last_error = x.reason,
+                         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                         updated_at = now()
+    FROM expired x
+    WHERE e.id = x.id
+    RETURNING e.id, e.idempotency_key, e.endpoint
+), logged AS (
+    INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
+                                   duration_ms, outcome, error_class, error)
+    SELECT x.id, x.attempt_count, COALESCE(x.lease_owner, '?'), x.lease_token,
+           x.send_started_at, 1000 * EXTRACT(EPOCH FROM now() - x.send_started_at),
+           'uncertain', 'LeaseExpired', x.reason
+    FROM expired x
+), freed AS (
+    UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+    FROM (SELECT endpoint, count(*) AS ended FROM settled GROUP BY endpoint) n
+    JOIN endpoints ep ON ep.name = n.endpoint AND ep.max_in_flight IS NOT NULL
+    WHERE b.endpoint = n.endpoint
+)
+SELECT idempotency_key, endpoint FROM settled;
 
 -- name: due_soon
 -- For --until-idle: is anything claimable due now, or within :within_s?

@@ -2,16 +2,20 @@
 
 At-least-once by nature: an effect is recorded only after it was sent, so a
 crash between the send and the record makes it be sent again (with the same
-``webhook-id``/``Message-ID``) once its lease expires. Everything here is safe
+``webhook-id``/``Message-ID``) once its lease expires; except to an endpoint
+that cannot deduplicate: its sends record their start first, and an expired
+lease of a started send ends 'uncertain' for an operator to decide
+(``starts``, docs/dispatcher.md "Uncertain sends"). Everything here is safe
 to repeat: records are fenced by the lease token in SQL, and a delivered key is
 never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat, progress; retention and auto_disable when configured) are named and a crash of any
-stops the worker with a non-zero exit; signals are installed by the CLI, not
-here. Nothing a receiver or an effect's data does can crash a side task: every
-attempt ends as a recorded outcome (``delivery``, ``recorder``).
+heartbeat, settle_uncertain, progress; retention and auto_disable when
+configured) are named and a crash of any stops the worker with a non-zero
+exit; signals are installed by the CLI, not here. Nothing a receiver or an
+effect's data does can crash a side task: every attempt ends as a recorded
+outcome (``delivery``, ``recorder``).
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ class Worker:
             "listener": asyncio.create_task(Listener(self._url, self.wake).run(), name="listener"),
             "recorder": asyncio.create_task(self._recorder.run(), name="recorder"),
             "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
+            "settle_uncertain": asyncio.create_task(self._settle(), name="settle_uncertain"),
         }
         if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
@@ -161,6 +166,7 @@ class Worker:
     async def _idle(self) -> bool:
         if self._in_flight or self._unrecorded:
             return False
+        await self._settle_once()  # idle means nothing is left leased and expired
         due = await self._db.call(store.due_soon, self.idle_within_s)
         return due is False
 
@@ -200,6 +206,22 @@ class Worker:
                 self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
             await asyncio.sleep(self.settings.heartbeat_interval_s)
 
+    async def _settle(self) -> None:
+        """Every heartbeat interval: expired leases of started sends become 'uncertain'
+        (claimable_effects never offers them meanwhile; docs/dispatcher.md)."""
+        while True:
+            await self._settle_once()
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _settle_once(self) -> None:
+        for key, endpoint in await self._db.call(store.settle_uncertain) or []:
+            self.metrics.delivery(endpoint, "uncertain").inc()
+            log.warning(
+                "send started, lease expired: uncertain, not sent again",
+                extra={"event": "effect.uncertain", "idempotency_key": key}
+                | {"endpoint": endpoint},
+            )
+
     async def _auto_disable(self) -> None:
         """Every heartbeat interval: disable endpoints failing for too long (one
         dispatcher does it; the others find nothing left to do)."""
@@ -231,7 +253,8 @@ class Worker:
     async def _shutdown(self, delivery: Delivery, side: dict[str, asyncio.Task[None]]) -> None:
         """Finish in-flight sends (up to the timeout), hand back unsent leases,
         flush the outcomes, say we stopped. Sends cut off by the timeout stay
-        leased: they are sent again once the lease expires (at-least-once)."""
+        leased: they are sent again once the lease expires (at-least-once), or, to an
+        endpoint that cannot deduplicate, end 'uncertain'."""
         self._stopping.set()
         delivery.hold_unstarted()
         if self._in_flight:

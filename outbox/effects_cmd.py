@@ -19,7 +19,7 @@ from dispatcher import audit, db, rejects
 from dispatcher.errors import InvalidRequest
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from dispatcher.settings import Settings
-from outbox import output
+from outbox import output, uncertain_cmd
 from outbox.database import cli_actor, database_url
 
 
@@ -31,7 +31,10 @@ def register(sub: Any) -> None:
     ls.add_argument("--batch-id", help="batch id, needs --job (default: any)")
     ls.add_argument("--endpoint", help="endpoint name (default: any)")
     ls.add_argument("--recipient", help="recipient, exact (default: any)")
-    ls.add_argument("--state", help="pending, leased, delivered, dead or cancelled (default: any)")
+    ls.add_argument(
+        "--state",
+        help="pending, leased, delivered, dead, cancelled or uncertain (default: any)",
+    )
     ls.add_argument(
         "--since",
         help=f"ISO 8601 with a zone (default: {MAX_RANGE_DAYS} days before --until; "
@@ -44,6 +47,7 @@ def register(sub: Any) -> None:
     show.add_argument("key", help="the idempotency key (64 hex)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=show_effect)
+    uncertain_cmd.register(cmds)
 
     r = sub.add_parser("rejects", help="rows a batch refused, with the reasons")
     rcmds = r.add_subparsers(dest="rejects_command", required=True, metavar="ACTION")

@@ -22,7 +22,9 @@ CLEAR = "none"
 
 
 def register(cmds: Any) -> None:
-    up = cmds.add_parser("update", help="change URL, timeout, retry schedule, limits, ordering")
+    up = cmds.add_parser(
+        "update", help="change URL, timeout, retry schedule, limits, ordering, deduplicates"
+    )
     up.add_argument("name")
     up.add_argument("--url", help="a new webhook URL, checked as on add (default: unchanged)")
     up.add_argument("--timeout-s", type=float, help="seconds per send (default: unchanged)")
@@ -37,6 +39,13 @@ def register(cmds: Any) -> None:
         "--ordered",
         choices=["on", "off"],
         help="per-key ordering by ordering_key (default: unchanged)",
+    )
+    up.add_argument(
+        "--deduplicates",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the receiver honours the idempotency key; --no-deduplicates: unknown outcomes "
+        "become 'uncertain', not resent (default: unchanged)",
     )
     up.add_argument("--reason", required=True, help="why (kept in the audit trail)")
     up.set_defaults(handler=update)
@@ -86,6 +95,8 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["max_in_flight"] = _limit("--max-in-flight", args.max_in_flight, int)
     if args.ordered is not None:
         changes["ordered"] = args.ordered == "on"
+    if args.deduplicates is not None:
+        changes["deduplicates"] = args.deduplicates
     return changes
 
 

@@ -52,6 +52,7 @@ def register(sub: Any) -> None:
         help="whsec_... (visible to ps: prefer --secret-stdin; default: a new secret)",
     )
     _policy_args(hook)
+    _deduplicates_arg(hook, True)
     hook.set_defaults(handler=add_webhook)
     mail = kinds.add_parser("email", help="an SMTP server and From address")
     mail.add_argument("name")
@@ -77,6 +78,7 @@ def register(sub: Any) -> None:
         help="allow AUTH with --smtp-tls none (a trusted local relay only; default: refused)",
     )
     _policy_args(mail)
+    _deduplicates_arg(mail, False)
     mail.set_defaults(handler=add_email)
     ls = cmds.add_parser("list", help="every endpoint (no secrets)")
     ls.add_argument("--json", action="store_true")
@@ -120,6 +122,17 @@ def _policy_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--reason", default=ADD_REASON, help=f"for the audit (default {ADD_REASON!r})")
     p.add_argument("--json", action="store_true")
+
+
+def _deduplicates_arg(p: argparse.ArgumentParser, default: bool) -> None:
+    p.add_argument(
+        "--deduplicates",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="the receiver honours the idempotency key (webhook-id / Message-ID); "
+        "--no-deduplicates: a send whose outcome is unknown becomes 'uncertain', not resent "
+        f"(default: {'on' if default else 'off'})",
+    )
 
 
 def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = None) -> None:
@@ -174,6 +187,7 @@ def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
                 rate_limit_per_s=args.rate_limit_per_s,
                 max_in_flight=args.max_in_flight,
                 ordered=args.ordered,
+                deduplicates=args.deduplicates,
             )
     finally:
         engine.dispose()
@@ -221,6 +235,7 @@ def add_email(args: argparse.Namespace, settings: Settings) -> int:
                 rate_limit_per_s=args.rate_limit_per_s,
                 max_in_flight=args.max_in_flight,
                 ordered=args.ordered,
+                deduplicates=args.deduplicates,
             )
     finally:
         engine.dispose()
@@ -240,7 +255,9 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for e in found:
         state = "enabled" if e.enabled else f"paused ({e.paused_reason})"
-        print(f"{e.name:24} {e.kind:8} {e.url or f'{e.smtp_host}:{e.smtp_port}':40} {state}")
+        dedup = "deduplicates" if e.deduplicates else "no-dedup"
+        where = e.url or f"{e.smtp_host}:{e.smtp_port}"
+        print(f"{e.name:24} {e.kind:8} {where:40} {dedup:12} {state}")
     return 0
 
 

@@ -52,10 +52,12 @@ def create_webhook(
 def update_endpoint(
     conn: Conn, token: Operator, name: Name, body: EndpointUpdate
 ) -> EndpointPublic:
-    """Change URL, timeout, retry schedule, limits or ordering; audited with old -> new values."""
+    """Change URL, timeout, retry schedule, limits, ordering or deduplicates; audited
+    with old -> new values."""
     changes = body.model_dump(include=body.model_fields_set - {"reason"})
-    if changes.get("ordered", False) is None:
-        changes.pop("ordered")  # null: unchanged (ordering is on or off, never unset)
+    for flag in ("ordered", "deduplicates"):
+        if changes.get(flag, False) is None:
+            changes.pop(flag)  # null: unchanged (the flag is on or off, never unset)
     updated = admin.update_endpoint(conn, name, changes, actor=token.name, reason=body.reason)
     return EndpointPublic.model_validate(updated)
 

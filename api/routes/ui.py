@@ -42,7 +42,7 @@ from markupsafe import Markup
 from api.chart import svg as chart_svg
 from api.deps import Conn, SettingsDep, masked_for
 from api.params import Key
-from dispatcher import admin, audit, health, operations, reconcile, tokens
+from dispatcher import admin, audit, health, operations, reconcile, tokens, uncertain
 from dispatcher.errors import NotFound, OutboxError
 from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from dispatcher.settings import Settings
@@ -299,6 +299,15 @@ def batch(
     )
 
 
+@router.get("/uncertain", response_class=HTMLResponse)
+def uncertain_page(
+    request: Request, conn: Conn, token: Session, settings: SettingsDep
+) -> HTMLResponse:
+    """Effects whose send started with an unknown outcome (masked for support)."""
+    found = uncertain.listed(conn, limit=MAX_PAGE, mask=masked_for(token, settings))
+    return _page(request, "uncertain.html", token=token, effects=found)
+
+
 @router.get("/effects/{key}", response_class=HTMLResponse)
 def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
@@ -317,13 +326,16 @@ def act(
     reason: Annotated[str, Form()],
     csrf: Annotated[str, Form()],
 ) -> Response:
-    """The requeue and cancel buttons (operators only, CSRF-checked)."""
+    """The requeue, cancel, mark-delivered and send-again buttons (operators only,
+    CSRF-checked)."""
     _check_csrf(tokens.csrf_token(cookie), csrf)
     tokens.require_operator(token)
     if action == "requeue":
         operations.requeue(conn, key, actor=token.name, reason=reason)
     elif action == "cancel":
         operations.cancel(conn, key, actor=token.name, reason=reason)
+    elif action in uncertain.ACTIONS:
+        uncertain.resolve(conn, key, action, actor=token.name, reason=reason, dry_run=False)
     else:
-        raise NotFound(f"no action {action!r}; use requeue or cancel")
+        raise NotFound(f"no action {action!r}; use requeue, cancel, mark_delivered or send_again")
     return RedirectResponse(f"/ui/effects/{key}", status_code=303)

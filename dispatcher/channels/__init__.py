@@ -28,6 +28,11 @@ class Sent:
     error: str | None = None
     response_excerpt: str | None = None
     retry_after_s: float | None = None
+    # The whole message was handed over (SMTP: the DATA terminator written; HTTP:
+    # the request fully written) and then no answer came: the receiver may have it.
+    # For an endpoint that cannot deduplicate the attempt ends 'uncertain', not
+    # retried (docs/dispatcher.md, "Uncertain sends").
+    handed_over: bool = False
 
 
 class Channel(Protocol):

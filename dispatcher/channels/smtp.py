@@ -6,6 +6,10 @@ meet the shared e-mail contract (``validation.check_email_effect``: exactly one
 plain recipient address, a one-line subject, a text body); anything a channel
 cannot render is one attempt, dead, with a reason naming the field and the fix.
 
+Uncertain sends: the conversation is driven command by command (MAIL, RCPT,
+DATA), so a failure after the DATA terminator was written and before any reply
+is known as such (``Sent.handed_over``, docs/dispatcher.md "Uncertain sends").
+
 Security: credentials never cross a plaintext connection unless the endpoint
 opted in (``smtp_allow_plaintext_auth``). Time: one deadline for the whole send
 (connect, TLS, AUTH, every command and reply), capped by the lease; smtplib's
@@ -16,9 +20,12 @@ could hold a send far past its lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import email.policy
 import json
 import logging
+import re
 import ssl
 from email.message import EmailMessage
 from pathlib import Path
@@ -37,6 +44,8 @@ log = logging.getLogger(__name__)
 
 MESSAGE_ID_DOMAIN = "spark-outbox"
 _WIRE = email.policy.SMTP  # CRLF line ends, RFC 2047 for non-ASCII headers
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+QUIT_TIMEOUT_S = 1.0
 
 
 def message_id(idempotency_key: str) -> str:
@@ -141,21 +150,71 @@ class EmailChannel:
                 "then requeue",
             )
         recipient, data = rendered
+        handed = _HandedOver()
         try:
             async with asyncio.timeout(timeout_s):
-                await aiosmtplib.send(
-                    data,
-                    sender=endpoint.mail_from or "",
-                    recipients=[recipient],
-                    hostname=endpoint.smtp_host or "",
-                    port=endpoint.smtp_port or 25,
-                    username=endpoint.smtp_username,
-                    password=endpoint.smtp_password if endpoint.smtp_username else None,
-                    use_tls=endpoint.smtp_tls == "tls",
-                    start_tls=endpoint.smtp_tls == "starttls",
-                    tls_context=None if plaintext else self._tls_context(),
-                    timeout=timeout_s,
-                )
+                client = await self._converse(endpoint, recipient, data, timeout_s, handed)
         except Exception as exc:  # the server's doing, never the worker's end
-            return _classify(exc, timeout_s)
+            return dataclasses.replace(_classify(exc, timeout_s), handed_over=handed.done)
+        with contextlib.suppress(Exception):  # accepted: a failed QUIT changes nothing
+            await asyncio.wait_for(client.quit(), QUIT_TIMEOUT_S)
+        client.close()
         return Sent("delivered", status_code=250)
+
+    async def _converse(
+        self,
+        endpoint: Endpoint,
+        recipient: str,
+        data: bytes,
+        timeout_s: float,
+        handed: _HandedOver,
+    ) -> aiosmtplib.SMTP:
+        """MAIL, RCPT, DATA driven step by step, so that ``handed`` says whether the
+        whole message (up to the DATA terminator) was written and no answer came
+        back: the server may then have accepted it. Returns the client after the 250."""
+        plaintext = endpoint.smtp_tls == "none"
+        client = aiosmtplib.SMTP(
+            hostname=endpoint.smtp_host or "",
+            port=endpoint.smtp_port or 25,
+            username=endpoint.smtp_username,
+            password=endpoint.smtp_password if endpoint.smtp_username else None,
+            use_tls=endpoint.smtp_tls == "tls",
+            start_tls=endpoint.smtp_tls == "starttls",
+            tls_context=None if plaintext else self._tls_context(),
+            timeout=timeout_s,
+        )
+        await client.connect()
+        try:
+            await client.mail(endpoint.mail_from or "")
+            try:
+                await client.rcpt(recipient)
+            except aiosmtplib.SMTPRecipientRefused as exc:
+                raise aiosmtplib.SMTPRecipientsRefused([exc]) from exc
+            ready = await client.execute_command(b"DATA")
+            if ready.code != 354:
+                raise aiosmtplib.SMTPDataError(ready.code, ready.message)
+            if client.protocol is None:
+                raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+            client.protocol.write(_data_section(data))
+            handed.done = True
+            answer = await client.protocol.read_response(timeout=timeout_s)
+            handed.done = False  # an answer, whatever it says, is not an unknown outcome
+            if answer.code != 250:
+                raise aiosmtplib.SMTPDataError(answer.code, answer.message)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+
+@dataclasses.dataclass
+class _HandedOver:
+    done: bool = False
+
+
+def _data_section(message: bytes) -> bytes:
+    """The message as DATA carries it: CRLF line ends (the SMTP policy renders them),
+    leading dots doubled (RFC 5321 4.5.2), then the terminator."""
+    if not message.endswith(b"\r\n"):
+        message += b"\r\n"
+    return _LEADING_DOT.sub(b"..", message) + b".\r\n"

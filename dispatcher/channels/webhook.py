@@ -7,14 +7,19 @@ the address it actually connects to.
 
 Whatever the receiver sends back (a broken status line, NULs, invalid UTF-8,
 an endless body, a drip, silence, a reset) ends as a ``Sent`` with one of the
-error classes below; the outcome table is in docs/dispatcher.md.
+error classes below; the outcome table is in docs/dispatcher.md. A failure with
+no status line after the whole body was written is marked ``handed_over`` (a
+trace counts the body bytes passed to the connection): for an endpoint that
+cannot deduplicate it ends 'uncertain' (docs/dispatcher.md, "Uncertain sends").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
+import types
 
 import aiohttp
 import yarl
@@ -103,7 +108,12 @@ class WebhookChannel:
             socket_factory=ssrf.socket_factory(self._settings.ssrf_allow_networks),
             ttl_dns_cache=60,
         )
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        # Counts the body bytes passed to the connection, per request (``Written``).
+        written = aiohttp.TraceConfig()
+        written.on_request_chunk_sent.append(_chunk_sent)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, trace_configs=[written]
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -142,6 +152,7 @@ class WebhookChannel:
         body = effect.payload.encode("utf-8")
         secrets = [self._secret(text) for text in endpoint.active_secrets()]
         headers = signing.headers(secrets, effect.idempotency_key, int(time.time()), body)
+        written = Written()
         try:
             url = self._url(endpoint)
             async with self._session.post(
@@ -150,10 +161,31 @@ class WebhookChannel:
                 headers=headers,
                 timeout=self._timeout(timeout_s),
                 allow_redirects=False,
+                trace_request_ctx=written,
             ) as resp:
                 return await _answered(resp)
         except Exception as exc:  # a receiver's doing, never the worker's end
-            return failed(exc, timeout_s)
+            # No usable status line: if the whole body had gone out, the receiver may
+            # have acted on it (an 'uncertain' outcome where it cannot deduplicate).
+            handed_over = bool(body) and written.bytes >= len(body)
+            return dataclasses.replace(failed(exc, timeout_s), handed_over=handed_over)
+
+
+@dataclasses.dataclass
+class Written:
+    """The request body's bytes passed to the connection so far (one per request)."""
+
+    bytes: int = 0
+
+
+async def _chunk_sent(
+    session: aiohttp.ClientSession,
+    context: types.SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    written = context.trace_request_ctx
+    if isinstance(written, Written):
+        written.bytes += len(params.chunk)
 
 
 async def _answered(resp: aiohttp.ClientResponse) -> Sent:

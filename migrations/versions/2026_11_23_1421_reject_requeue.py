@@ -7,7 +7,7 @@ says it was, so a second requeue skips it; the operator action records who and
 why.
 
 Revision ID: 1421
-Revises: 1411
+Revises: 1311
 Create Date: 2026-11-23 12:00:00
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "1421"
-down_revision = "1411"
+down_revision = "1311"
 branch_labels = None
 depends_on = None
 

@@ -76,6 +76,9 @@ def register_endpoints(url: str, recv: Receivers, fail_rate: float) -> list[str]
                 mail_from="billing@demo.spark-outbox.invalid",
                 retry_schedule_s=DEMO_RETRY_SCHEDULE_S,
                 timeout_s=5,
+                # The demo's mailcatcher drops repeated Message-IDs, so a send cut by
+                # the --crash kill may be resent (docs/dispatcher.md, "Uncertain sends").
+                deduplicates=True,
             )
             endpoints.add_webhook(
                 conn,

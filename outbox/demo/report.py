@@ -16,7 +16,7 @@ from outbox.demo import receivers, tally
 
 WEBHOOK = "billing-webhook"
 EMAIL = "billing-email"
-STATES = ("delivered", "dead", "pending", "leased", "cancelled")
+STATES = ("delivered", "dead", "pending", "leased", "cancelled", "uncertain")
 
 
 def collect(engine: Engine, recv: receivers.Receivers) -> dict[str, Any]:
@@ -73,11 +73,12 @@ def checks(r: dict[str, Any]) -> dict[str, bool]:
     hook = r["endpoints"].get(WEBHOOK, {"delivered": 0})
     mail = r["endpoints"].get(EMAIL, {"delivered": 0})
     return {
-        "delivered + dead + pending + cancelled = enqueued": e["delivered"]
+        "delivered + dead + pending + cancelled + uncertain = enqueued": e["delivered"]
         + e["dead"]
         + e["pending"]
         + e["leased"]
         + e["cancelled"]
+        + e["uncertain"]
         == e["enqueued"],
         "nothing left pending": e["pending"] + e["leased"] == 0,
         "receiver unique = webhooks delivered": r["receiver"]["unique"] == hook["delivered"],

@@ -27,7 +27,14 @@ def test_status_reports_counts_workers_endpoints_and_batches(
 ) -> None:
     story(engine)
     body = client.get("/v1/status", headers=api_tokens.auth("support")).json()
-    assert body["counts"] == {"pending": 3, "leased": 0, "delivered": 1, "dead": 1, "cancelled": 0}
+    assert body["counts"] == {
+        "pending": 3,
+        "leased": 0,
+        "delivered": 1,
+        "dead": 1,
+        "cancelled": 0,
+        "uncertain": 0,
+    }
     assert body["queue"]["depth"] == 3 and body["queue"]["oldest_due_age_s"] >= 0
     assert body["delivered_last_5m"] == 1 and body["delivered_last_1h"] == 1
     assert [w["worker_id"] for w in body["live_workers"]] == ["worker-1"]

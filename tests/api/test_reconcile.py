@@ -155,3 +155,15 @@ def test_every_gap_is_explained_or_reported(
     per_batch = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["unexplained"] for r in per_batch] == [3, 0]
     assert main([*cli, "no-such-batch"]) == 2
+    with engine.begin() as conn:  # its send started, the outcome unknown: uncertain
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'uncertain', send_started_at = now()"
+                " WHERE job = :j AND batch_id = :b AND state = 'pending'"
+            ),
+            {"j": JOB, "b": GOOD},
+        )
+    (uncertain,) = client.get(
+        "/v1/reconcile", params={"job": JOB, "batch_id": GOOD}, headers=auth
+    ).json()
+    assert _count(uncertain["lines"])["uncertain"] == 1 and uncertain["unexplained"] == 0

@@ -5,7 +5,9 @@ odd bytes (NUL, invalid UTF-8, control characters) in the status line, headers
 and body, garbage, endless bodies, over-long header lines, drips, silence,
 resets, hang-ups. A real worker drains real PostgreSQL; then every effect must
 be delivered, retried (pending, due later) or dead, with every attempt it made
-recorded, and no request may arrive after its effect was recorded delivered.
+recorded, and no request may arrive after its effect was recorded delivered. An
+endpoint drawn as not deduplicating may also leave it uncertain (the request
+was handed over, no usable answer came), never resent; a deduplicating one never.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ behaviours = st.builds(
     ).map(tuple),
     body=st.binary(max_size=3000),
 )
-# Per effect: how it is answered, and whether its endpoint retries twice or once.
-cases = st.lists(st.tuples(behaviours, st.booleans()), min_size=4, max_size=16)
+# Per effect: how it is answered, whether its endpoint retries twice or once, and
+# whether it deduplicates (docs/dispatcher.md, "Uncertain sends").
+cases = st.lists(st.tuples(behaviours, st.booleans(), st.booleans()), min_size=4, max_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,7 @@ def test_no_answer_a_receiver_can_send_stops_the_worker_or_loses_an_outcome(
     server_url: str,
     template_name: str,
     worker_settings: Settings,
-    drawn: list[tuple[Behaviour, bool]],
+    drawn: list[tuple[Behaviour, bool, bool]],
 ) -> None:
     url = scratch.clone_template(server_url, template_name)
     engine = db.create_engine(url)
@@ -85,25 +88,30 @@ def test_no_answer_a_receiver_can_send_stops_the_worker_or_loses_an_outcome(
         s = dataclasses.replace(worker_settings, database_url=url)
         receiver, code = asyncio.run(_drain(engine, s, drawn))
         assert code == 0  # the worker stayed up and stopped cleanly
-        _check(engine, receiver, len(drawn))
+        _check(engine, receiver, {effect_key("hostile", i): d for i, (_, _, d) in enumerate(drawn)})
     finally:
         engine.dispose()
         scratch.drop_database(server_url, scratch.database_name(url))
 
 
 async def _drain(
-    engine: sa.Engine, s: Settings, drawn: list[tuple[Behaviour, bool]]
+    engine: sa.Engine, s: Settings, drawn: list[tuple[Behaviour, bool, bool]]
 ) -> tuple[HostileReceiver, int]:
     receiver = HostileReceiver()
     await receiver.start()
     try:
         with engine.begin() as conn:
-            for i, (behaviour, twice) in enumerate(drawn):
+            for i, (behaviour, twice, deduplicates) in enumerate(drawn):
                 # One endpoint per effect: no circuit breaker couples their fates.
                 schedule = (0, 0.05, 30.0) if twice else (0, 0.05)
                 name = f"hook-{i}"
                 add_webhook(
-                    conn, name=name, url=receiver.url(), timeout_s=0.5, retry_schedule_s=schedule
+                    conn,
+                    name=name,
+                    url=receiver.url(),
+                    timeout_s=0.5,
+                    retry_schedule_s=schedule,
+                    deduplicates=deduplicates,
                 )
                 key = effect_key("hostile", i)
                 receiver.behaviours[key] = behaviour
@@ -115,21 +123,26 @@ async def _drain(
     return receiver, code
 
 
-def _check(engine: sa.Engine, receiver: HostileReceiver, n: int) -> None:
+def _check(engine: sa.Engine, receiver: HostileReceiver, deduplicates: dict[str, bool]) -> None:
     with engine.connect() as conn:
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         effects = conn.execute(
             sa.text(
                 "SELECT e.idempotency_key, e.state, e.next_attempt_at, e.delivered_at,"
                 " e.attempt_count, count(a.id) AS rows,"
-                " max(octet_length(a.response_excerpt)) AS excerpt_bytes"
+                " max(octet_length(a.response_excerpt)) AS excerpt_bytes,"
+                " (array_agg(a.outcome ORDER BY a.id DESC))[1] AS last_outcome"
                 " FROM effects e LEFT JOIN delivery_attempts a ON a.effect_id = e.id"
                 " GROUP BY e.id"
             )
         ).all()
-    assert len(effects) == n  # nothing lost
-    for key, state, next_at, delivered_at, attempt_count, rows, excerpt_bytes in effects:
-        assert state in ("delivered", "pending", "dead"), (key, state)
+    assert len(effects) == len(deduplicates)  # nothing lost
+    for key, state, next_at, delivered_at, attempt_count, rows, excerpt_bytes, last in effects:
+        finished = ("delivered", "pending", "dead")
+        allowed = finished if deduplicates[key] else (*finished, "uncertain")
+        assert state in allowed, (key, state, deduplicates[key])
+        if state == "uncertain":  # handed over, no usable answer: recorded, not resent
+            assert last == "uncertain" and any(k == key for k, _ in receiver.arrivals), key
         if state == "pending":
             assert next_at > now, (key, next_at, now)  # retried: due later, not stuck
         # Every attempt made was recorded (none lost between send and record).
