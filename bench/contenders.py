@@ -60,10 +60,20 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             raise RuntimeError(f"{p.args} exited {p.returncode}")
 
 
-def bare(loop: str) -> Callable[[Ctx, int], float]:
+def bare(loop: str, client: str = "aiohttp") -> Callable[[Ctx, int], float]:
     def run(ctx: Ctx, n: int) -> float:
         out = subprocess.run(
-            [sys.executable, "-m", "bench.bare_client", f"{ctx.base}/hook", str(n), "--loop", loop],
+            [
+                sys.executable,
+                "-m",
+                "bench.bare_client",
+                f"{ctx.base}/hook",
+                str(n),
+                "--loop",
+                loop,
+                "--client",
+                client,
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,

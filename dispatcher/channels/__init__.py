@@ -28,6 +28,9 @@ class Sent:
     error: str | None = None
     response_excerpt: str | None = None
     retry_after_s: float | None = None
+    # True when the failure came after the request was completely written to the
+    # socket and before a status line arrived: the receiver may have acted on it.
+    handed_over: bool = False
 
 
 class Channel(Protocol):
