@@ -155,7 +155,9 @@ def dispatcher(
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
-        proc = _dispatchers(ctx, processes, "--concurrency", "64")
+        # The dispatcher's defaults (concurrency, claim batch size) unless the
+        # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
+        proc = _dispatchers(ctx, processes, *os.environ.get("BENCH_DISPATCH_ARGS", "").split())
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()
