@@ -60,10 +60,20 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             raise RuntimeError(f"{p.args} exited {p.returncode}")
 
 
-def bare(loop: str) -> Callable[[Ctx, int], float]:
+def bare(loop: str, client: str = "aiohttp") -> Callable[[Ctx, int], float]:
     def run(ctx: Ctx, n: int) -> float:
         out = subprocess.run(
-            [sys.executable, "-m", "bench.bare_client", f"{ctx.base}/hook", str(n), "--loop", loop],
+            [
+                sys.executable,
+                "-m",
+                "bench.bare_client",
+                f"{ctx.base}/hook",
+                str(n),
+                "--loop",
+                loop,
+                "--client",
+                client,
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -145,7 +155,9 @@ def dispatcher(
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
-        proc = _dispatchers(ctx, processes, "--concurrency", "64")
+        # The dispatcher's defaults (concurrency, claim batch size) unless the
+        # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
+        proc = _dispatchers(ctx, processes, *os.environ.get("BENCH_DISPATCH_ARGS", "").split())
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()

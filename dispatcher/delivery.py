@@ -69,14 +69,22 @@ class Delivery:
             self._slots.release()  # wake every waiter; each sees the hold
 
     async def _endpoint(self, name: str) -> Endpoint | None:
-        """From a cache refreshed every ENDPOINT_CACHE_S by one load at a time (the
-        sends waiting meanwhile share it: no per-effect lookups, no stampede)."""
+        """From a cache refreshed every ENDPOINT_CACHE_S by one load at a time: no
+        per-effect lookups, no stampede. A send waits for a load only when its
+        endpoint is not in the cache; a stale cache is refreshed in the background
+        while sends go on with it (a send never waits behind a database round trip
+        it does not need: that wait was in the latency's tail, docs/dispatcher.md)."""
+        known = self._endpoints.get(name)
         stale = time.monotonic() - self._loaded_at > ENDPOINT_CACHE_S
-        if stale or name not in self._endpoints:
-            if self._loading is None or self._loading.done():
-                self._loading = asyncio.ensure_future(self._load())
+        if known is not None and not stale:
+            return known
+        if self._loading is None or self._loading.done():
+            self._loading = asyncio.ensure_future(self._load())
+            self._loading.add_done_callback(_load_done)
+        if known is None:
             await asyncio.shield(self._loading)
-        return self._endpoints.get(name)
+            return self._endpoints.get(name)
+        return known
 
     async def _load(self) -> None:
         found = await self._db.call(_load_endpoints)
@@ -194,6 +202,16 @@ class Delivery:
             ),
             endpoint=effect.endpoint,
             idempotency_key=effect.idempotency_key,
+        )
+
+
+def _load_done(loading: asyncio.Future[None]) -> None:
+    """A background refresh that failed: logged; the next send past the cache age retries."""
+    exc = None if loading.cancelled() else loading.exception()
+    if exc is not None:
+        log.error(
+            "endpoint refresh failed",
+            extra={"event": "endpoints.load_failed"} | outside.failure(exc),
         )
 
 

@@ -1,9 +1,9 @@
 """The SSRF guard: refuse to connect to internal addresses unless allow-listed.
 
-The check runs in the socket factory the HTTP connector calls for every address
-it is about to connect to, so it judges the address actually connected to: a
-DNS answer that changes between a check and the connect (rebinding) cannot slip
-past, and IP-literal URLs are covered too.
+The webhook client (dispatcher/channels/http1.py) runs the check on every
+resolved address right before its socket connects to it, so it judges the
+address actually connected to: a DNS answer that changes between a check and
+the connect (rebinding) cannot slip past, and IP-literal URLs are covered too.
 
 An IPv6 address that carries an IPv4 address is judged by the IPv4 address it
 carries, so no wrapping smuggles an internal address past the guard. Internal
@@ -26,7 +26,6 @@ import concurrent.futures
 import ipaddress
 import socket
 from collections.abc import Sequence
-from typing import Any
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -41,8 +40,7 @@ _NEVER_PUBLIC = {"IPv4-compatible": "deprecated, never routed", "Teredo": "a NAT
 
 
 class SsrfRefused(OSError):
-    """Raised instead of connecting; an OSError so the HTTP client surfaces it as a
-    connection error carrying this exception (``ClientConnectorError.os_error``)."""
+    """Raised instead of connecting (the webhook client turns it into a dead attempt)."""
 
     def __init__(self, address: str, reason: str) -> None:
         super().__init__(f"refused by SSRF guard: {address} is {reason}")
@@ -139,27 +137,3 @@ def refused_addresses(
         if reason is not None:
             refused[ip] = reason
     return list(refused.items())
-
-
-def socket_factory(allow: Sequence[Network]) -> Any:
-    """A socket factory for ``aiohttp.TCPConnector`` that checks before connecting."""
-
-    def make(addr_info: tuple[Any, ...]) -> socket.socket:
-        family, type_, proto, _, sockaddr = addr_info
-        check(str(sockaddr[0]), allow)
-        return socket.socket(family=family, type=type_, proto=proto)
-
-    return make
-
-
-def refusal_in(exc: BaseException) -> SsrfRefused | None:
-    """Find an ``SsrfRefused`` in an exception's chain (clients wrap it)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, SsrfRefused):
-            return seen
-        inner = getattr(seen, "os_error", None)
-        if isinstance(inner, SsrfRefused):
-            return inner
-        seen = seen.__cause__ or seen.__context__
-    return None

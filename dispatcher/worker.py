@@ -184,7 +184,11 @@ class Worker:
 
     def _settled(self, count: int) -> None:
         self._unrecorded -= count
-        self._wake.set()
+        if self.until_idle and not self._unrecorded:
+            # Only the idle check waits for records; a claim waits for send slots
+            # (_send_done) or new work (NOTIFY): a wake per record batch was a claim
+            # per record batch, most of them empty at a low rate.
+            self._wake.set()
 
     def _send_done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)

@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--claim-batch-size",
         type=int,
-        help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 100)",
+        help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 200)",
     )
     run.add_argument(
         "--worker-id",

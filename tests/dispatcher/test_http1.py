@@ -1,0 +1,318 @@
+"""The webhook channel's HTTP/1.1 client against real servers on loopback.
+
+A raw asyncio TCP server answers each request with scripted bytes (framed or
+not), so every way an answer can be odd is reachable: chunked and
+to-the-close bodies, a connection closed mid-head or mid-body, heads too large,
+silence, garbage. The client must return an answer or raise ``Failure`` (never
+anything else), keep reusing connections after answers that allow it, and say
+exactly when a request was handed over with no status line back. TLS runs
+against a server whose certificate the test's own CA signed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+import trustme
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatcher.channels.http1 import MAX_HEAD_BYTES, Answer, Client, Failure
+from dispatcher.outside import EXCERPT_BYTES
+
+LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+# One scripted answer: bytes to write, then whether to close the connection.
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+def answer(data: bytes, close: bool = False) -> Script:
+    async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(data)
+        await writer.drain()
+        return close
+
+    return run
+
+
+class Server:
+    """Answers the n-th request with ``scripts[n]`` (the last one repeats)."""
+
+    def __init__(self, scripts: list[Script]) -> None:
+        self.scripts = scripts
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.port = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                self.requests.append(head + await reader.readexactly(length))
+                script = self.scripts[min(len(self.requests), len(self.scripts)) - 1]
+                if await script(reader, writer):
+                    break
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def url(self, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/hook?x=1"
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    scripts: list[Script], tls: ssl.SSLContext | None = None
+) -> AsyncIterator[Server]:
+    server = Server(scripts)
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=tls)
+    server.port = listener.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        listener.close()
+
+
+async def post(
+    client: Client, server: Server, timeout_s: float = 2.0, scheme: str = "http"
+) -> Answer:
+    return await client.post(
+        client.target(server.url(scheme)), [("webhook-id", "k1")], b'{"n":1}', timeout_s
+    )
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(coro)
+
+
+def test_the_request_is_what_a_receiver_expects_and_connections_are_reused() -> None:
+    async def main() -> None:
+        async with serving([answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            for _ in range(3):
+                got = await post(client, server)
+                assert (got.status, got.reason, bytes(got.body)) == (200, "OK", b"ok")
+            await client.close()
+        assert server.connections == 1
+        head, _, body = server.requests[0].partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"POST /hook?x=1 HTTP/1.1"
+        assert f"Host: 127.0.0.1:{server.port}".encode() in lines
+        assert b"Content-Length: 7" in lines and b"webhook-id: k1" in lines
+        assert body == b'{"n":1}'
+
+    run(main())
+
+
+def test_a_chunked_body_is_read_and_the_connection_kept() -> None:
+    chunked = (
+        b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\nRetry-After: 3\r\n\r\n"
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    )
+
+    async def main() -> None:
+        async with serving([answer(chunked), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            got = await post(client, server)
+            assert (got.status, bytes(got.body), got.header("retry-after")) == (
+                500,
+                b"hello world",
+                "3",
+            )
+            assert (await post(client, server)).status == 200
+            await client.close()
+        assert server.connections == 1
+
+    run(main())
+
+
+def test_after_a_broken_answer_the_next_send_gets_a_fresh_connection() -> None:
+    async def main() -> None:
+        async with serving([answer(b"SPAM\x00\xff\r\n\r\n"), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as broken:
+                await post(client, server)
+            assert broken.value.kind == "BadResponse"
+            assert (await post(client, server)).status == 200
+            await client.close()
+        assert server.connections == 2
+
+    run(main())
+
+
+def test_a_connection_closed_mid_body_keeps_the_status_and_says_the_body_broke() -> None:
+    cut = b"HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\npartial"
+
+    async def main() -> None:
+        async with serving([answer(cut, close=True), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            got = await post(client, server)
+            assert got.status == 201 and bytes(got.body) == b"partial"
+            assert got.body_error is not None and "mid-body" in got.body_error
+            assert (await post(client, server)).status == 200
+            await client.close()
+
+    run(main())
+
+
+def test_a_connection_closed_before_any_answer_was_handed_over() -> None:
+    async def main() -> None:
+        async with serving([answer(b"", close=True)]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as lost:
+                await post(client, server)
+            assert (lost.value.kind, lost.value.handed_over) == ("Disconnected", True)
+        async with serving([answer(b"HTTP/1.1 200 OK\r\nX-A: b", close=True)]) as server:
+            with pytest.raises(Failure) as cut:
+                await post(client, server)
+            # A status line came back: the receiver answered, it is not "uncertain".
+            assert (cut.value.kind, cut.value.handed_over) == ("Disconnected", False)
+            await client.close()
+
+    run(main())
+
+
+def test_a_body_to_the_close_is_read() -> None:
+    async def main() -> None:
+        async with serving([answer(b"HTTP/1.1 404 NF\r\n\r\nnot here", close=True)]) as server:
+            client = Client(4, LOOPBACK, None)
+            got = await post(client, server)
+            assert (got.status, bytes(got.body), got.body_error) == (404, b"not here", None)
+            await client.close()
+
+    run(main())
+
+
+def test_an_oversized_head_is_refused() -> None:
+    huge = b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n"
+
+    async def main() -> None:
+        async with serving([answer(huge), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as refused:
+                await post(client, server)
+            assert refused.value.kind == "BadResponse" and "head over" in refused.value.detail
+            assert (await post(client, server)).status == 200
+            await client.close()
+
+    run(main())
+
+
+def test_a_long_body_is_cut_at_the_excerpt_and_its_connection_not_reused() -> None:
+    long = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"z" * 100000
+
+    async def main() -> None:
+        async with serving([answer(long), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            got = await post(client, server)
+            assert got.status == 200 and len(got.body) == EXCERPT_BYTES
+            assert (await post(client, server)).status == 200
+            await client.close()
+        assert server.connections == 2
+
+    run(main())
+
+
+def test_silence_is_a_timeout_after_the_request_was_handed_over() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await reader.read()
+        return True
+
+    async def main() -> None:
+        async with serving([silent]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as late:
+                await post(client, server, timeout_s=0.2)
+            assert (late.value.kind, late.value.handed_over) == ("Timeout", True)
+            await client.close()
+
+    run(main())
+
+
+def test_a_drip_after_the_head_keeps_the_status_when_the_deadline_ends_it() -> None:
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
+        for _ in range(50):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        return True
+
+    async def main() -> None:
+        async with serving([drip]) as server:
+            client = Client(4, LOOPBACK, None)
+            got = await post(client, server, timeout_s=0.3)
+            assert got.status == 200 and got.body_error == "body unreadable: TimeoutError"
+            await client.close()
+
+    run(main())
+
+
+def test_refused_connections_and_the_ssrf_guard_are_failures_before_any_send() -> None:
+    async def main() -> None:
+        client = Client(4, LOOPBACK, None)
+        with pytest.raises(Failure) as refused:
+            await client.post(client.target("http://127.0.0.1:9/x"), [], b"", 2.0)
+        assert (refused.value.kind, refused.value.handed_over) == ("ConnectFailed", False)
+        guarded = Client(4, [], None)
+        with pytest.raises(Failure) as ssrf:
+            await guarded.post(guarded.target("http://127.0.0.1:9/x"), [], b"", 2.0)
+        assert ssrf.value.kind == "SsrfRefused" and "loopback" in ssrf.value.detail
+        with pytest.raises(Failure) as bad:
+            client.target("ftp://example.com/x")
+        assert bad.value.kind == "InvalidUrl"
+
+    run(main())
+
+
+def test_https_to_a_server_we_verify_and_refused_to_one_we_do_not() -> None:
+    authority = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+
+    async def main() -> None:
+        async with serving([answer(OK)], tls=server_ctx) as server:
+            client = Client(4, LOOPBACK, trusting)
+            for _ in range(2):
+                assert (await post(client, server, scheme="https")).status == 200
+            await client.close()
+            assert server.connections == 1
+            stranger = Client(4, LOOPBACK, ssl.create_default_context())
+            with pytest.raises(Failure) as untrusted:
+                await post(stranger, server, scheme="https")
+            assert untrusted.value.kind == "ConnectFailed" and "TLS" in untrusted.value.detail
+
+    run(main())
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.binary(max_size=400), close=st.booleans())
+def test_any_bytes_end_as_an_answer_or_a_failure_and_the_client_goes_on(
+    raw: bytes, close: bool
+) -> None:
+    async def main() -> None:
+        async with serving([answer(raw, close=close), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            try:
+                got = await post(client, server, timeout_s=0.3)
+                assert 0 <= got.status <= 999 and len(got.body) <= EXCERPT_BYTES
+            except Failure as failure:
+                assert failure.kind in {"BadResponse", "Disconnected", "Timeout"}
+            assert (await post(client, server)).status == 200
+            await client.close()
+
+    run(main())
