@@ -31,7 +31,11 @@ _CANONICAL = json.JSONEncoder(
 # (Python writes 1e-05, orjson 1e-5; an integer beyond 64 bits becomes an orjson
 # float of magnitude >= 9.2e18, printed 9.2...e+18) or a fixed-point float below
 # 1e-4 (orjson 0.00005, Python 5e-05). Such payloads take the exact path.
-_NUMBER_MAY_DIFFER = re.compile(rb"[0-9]e[-+]|0\.0000")
+# With the NUL escape (which the exact path refuses), the one screen of orjson's
+# bytes: the payloads it matches take the exact path. A pattern both Python's re
+# and RE2 (Arrow's regex kernels, spark_jobs.checks) read the same way.
+FAST_PATH_SCREEN = r"\\u0000|[0-9]e[-+]|0\.0000"
+_SCREEN = re.compile(FAST_PATH_SCREEN.encode())
 MAX_RECIPIENT_CHARS = 1024
 MAX_ORDERING_KEY_CHARS = 512
 MAX_REFERENCE_CHARS = 200
@@ -91,19 +95,30 @@ def payload_bytes(payload: object) -> bytes:
 def _fast_canonical(text: str) -> bytes | None:
     """orjson's canonical bytes, or None where they might differ from ``_CANONICAL``'s
     or where the exact path would refuse the payload (it then says why)."""
+    data = unscreened_canonical(text)
+    if data is None or len(data) > MAX_PAYLOAD_BYTES:
+        return None
+    # The substring tests first: the regex costs ~20x more and is rarely needed.
+    if (b"e-" in data or b"e+" in data or b"0.0000" in data or b"\\u0000" in data) and (
+        _SCREEN.search(data)
+    ):
+        return None
+    return data
+
+
+def unscreened_canonical(text: object) -> bytes | None:
+    """orjson's sorted, compact bytes of a JSON object as text, None if it is not
+    one. Canonical only once ``FAST_PATH_SCREEN`` does not match them and they are
+    at most MAX_PAYLOAD_BYTES (``payload_bytes``, or the same screen over a column)."""
+    if type(text) is not str:
+        return None
     try:
         value = orjson.loads(text)
         if type(value) is not dict:
             return None
-        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (ValueError, TypeError):  # orjson's decode and encode errors
         return None
-    if len(data) > MAX_PAYLOAD_BYTES or b"\\u0000" in data:
-        return None
-    # The substring tests first: the regex costs ~20x more and is rarely needed.
-    if (b"e-" in data or b"e+" in data or b"0.0000" in data) and _NUMBER_MAY_DIFFER.search(data):
-        return None
-    return data
 
 
 def _exact_canonical(payload: object) -> bytes:

@@ -18,7 +18,9 @@ from typing import Any
 
 from dispatcher.errors import InvalidEffect
 from dispatcher.validation import (
+    FAST_PATH_SCREEN,
     MAX_ORDERING_KEY_CHARS,
+    MAX_PAYLOAD_BYTES,
     MAX_RECIPIENT_CHARS,
     MAX_REFERENCE_CHARS,
     check_email_effect,
@@ -28,6 +30,7 @@ from dispatcher.validation import (
     check_supersedes,
     payload_bytes,
     payload_sha256,
+    unscreened_canonical,
 )
 
 # Columns of a checked batch's valid rows, in the order the write path COPYs them.
@@ -109,10 +112,12 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
     cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
     texts = column["payload"].to_pylist()
-    canonical = [_fast_payload(t) if ok else None for ok, t in zip(cleared, texts, strict=True)]
+    canonical = [
+        unscreened_canonical(t) if ok else None for ok, t in zip(cleared, texts, strict=True)
+    ]
     reasons: list[str] = []
     raw_rows: list[str] = []
-    for i in [i for i, data in enumerate(canonical) if data is None]:
+    for i in _screened_out(canonical):
         row = {name: values[i].as_py() for name, values in column.items()}
         reason, data = check_row(row, endpoints)
         if reason is None:
@@ -132,13 +137,22 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
 
 
-def _fast_payload(text: Any) -> bytes | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return payload_bytes(text)
-    except (InvalidEffect, ValueError):
-        return None
+def _screened_out(canonical: list[bytes | None]) -> list[int]:
+    """Rows the fast path did not clear, or whose bytes ``FAST_PATH_SCREEN`` (the
+    screen ``payload_bytes`` applies, here run by RE2 over the column) sends to the
+    exact path; those rows get ``check_row``, and their bytes are replaced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = pa.array(canonical, pa.large_binary())
+    suspect = pc.or_kleene(
+        pc.match_substring_regex(data, FAST_PATH_SCREEN),
+        pc.greater(pc.binary_length(data), MAX_PAYLOAD_BYTES),
+    )
+    rows: list[int] = pc.indices_nonzero(pc.fill_null(suspect, True)).to_pylist()
+    for i in rows:
+        canonical[i] = None
+    return rows
 
 
 def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:

@@ -6,7 +6,7 @@ shares (plus the endpoint kinds: unknown endpoints, the e-mail contract). The
 property test says the shortcut never changes an outcome: every row gets
 exactly the reason, the canonical payload and the hash the per-row check gives.
 The round-trip tests send awkward (and arbitrary) text through the binary COPY and
-the insert into the real outbox, and reads it back unchanged (and invisible).
+the insert into the real outbox, and read it back unchanged (and invisible).
 """
 
 from __future__ import annotations
