@@ -16,6 +16,11 @@ ratios to the JDBC append of the same configuration:
   (each partition commits on its own: not atomic, no dedup);
 - copy: one psycopg2 ``COPY`` of the same rows from a CSV file (one stream, the raw path).
 
+Each path's timed part also counts CPU seconds from /proc (bench.cpu): the
+Spark side (this process and every descendant: the JVM, its Python workers, a
+cluster's master, workers and executors) and the private PostgreSQL cluster;
+on a shared machine these say where the work goes better than the wall clock.
+
 ``--valves``: instead, the sink with the volume guard on (the default) vs off
 (``VolumeGuard.off()``), side by side in interleaved rounds, each after 20
 earlier markers of the job were written (a baseline to read); ratios to "off".
@@ -24,6 +29,7 @@ earlier markers of the job were written (a baseline to read); ratios to "off".
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import statistics
@@ -38,8 +44,35 @@ from typing import Any
 
 import psycopg2
 
+from bench import cpu
+
 JAR = Path("/usr/share/java/postgresql.jar")
-Timed = tuple[float, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timed:
+    """One path's timed part: wall seconds, and CPU seconds of the Spark side (this
+    process, its JVM, Python workers, a cluster's executors) and of PostgreSQL."""
+
+    seconds: float
+    client_cpu_s: float
+    postgres_cpu_s: float | None
+    note: str
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.postmaster = cpu.postmaster_pid()
+        self.started = time.perf_counter()
+        self.client = cpu.process_tree(os.getpid())
+        self.postgres = cpu.postgres_seconds(self.postmaster)
+
+    def stop(self, note: str) -> Timed:
+        seconds = time.perf_counter() - self.started
+        client = cpu.process_tree(os.getpid()) - self.client
+        pg = cpu.postgres_seconds(self.postmaster)
+        used = None if pg is None or self.postgres is None else pg - self.postgres
+        return Timed(seconds, client, used, note)
 
 
 def main(argv: list[str]) -> int:
@@ -77,11 +110,14 @@ def main(argv: list[str]) -> int:
     print(f"load at end: {_uptime()}")
     print(
         f"\n{args.rows:,} rows into the indexed effects table, median of {args.repeat} "
-        "interleaved round(s) per configuration"
+        "interleaved round(s) per configuration; spark us / pg us: median CPU microseconds per "
+        "row of the Spark side (driver, JVMs, Python workers, executors) and of PostgreSQL; "
+        f"cpu vs: {'off' if args.valves else 'jdbc'}'s total CPU per row / this path's"
     )
     print(
         f"{'master':<10}{'parts':>6}  {'path':<22}{'seconds':>9}{'range':>13}{'rows/s':>10}"
-        f"{'vs off' if args.valves else 'vs jdbc':>9}  note"
+        f"{'vs off' if args.valves else 'vs jdbc':>9}{'spark us':>10}{'pg us':>7}"
+        f"{'cpu vs':>8}  note"
     )
     print("\n".join(table))
     return 0
@@ -104,28 +140,46 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
         for round_ in range(1, args.repeat + 1):
             for name, time_path in paths.items():  # interleaved: drift hits every path alike
                 runs[name].append(time_path(url, rows))
+                done = runs[name][-1]
                 print(
-                    f"{label} x{partitions} round {round_}: {name}: {runs[name][-1][0]:.2f} s",
+                    f"{label} x{partitions} round {round_}: {name}: {done.seconds:.2f} s, "
+                    f"CPU s: spark side {done.client_cpu_s:.1f}, postgres "
+                    f"{_fmt(done.postgres_cpu_s, '.1f')}",
                     flush=True,
                 )
         rows.unpersist()
-    median = {name: statistics.median(s for s, _ in results) for name, results in runs.items()}
+    median = {name: statistics.median(t.seconds for t in results) for name, results in runs.items()}
     if args.valves:  # within each round, side by side: the machine is shared
         on, off = runs["sink, guard on"], runs["sink, guard off"]
-        ratios = [o[0] / g[0] for g, o in zip(on, off, strict=True)]
+        ratios = [o.seconds / g.seconds for g, o in zip(on, off, strict=True)]
         print(f"guard on / off rows/s per round: {[round(r, 2) for r in ratios]}; "
               f"median {statistics.median(ratios):.2f}", flush=True)  # fmt: skip
     base = args.rows / median[base_path]
+    us = {name: _cpu_us(results, args.rows) for name, results in runs.items()}
+    base_cpu = sum(us[base_path])
     lines = []
     for name, results in runs.items():
-        seconds = [s for s, _ in results]
+        seconds = [t.seconds for t in results]
         rate = args.rows / median[name]
         spread = f"{min(seconds):.1f}-{max(seconds):.1f}"
+        client_us, pg_us = us[name]
         lines.append(
             f"{label:<10}{partitions:>6}  {name:<22}{median[name]:>9.2f}{spread:>13}{rate:>10,.0f}"
-            f"{rate / base:>9.2f}  {results[-1][1]}"
+            f"{rate / base:>9.2f}{client_us:>10.1f}{pg_us:>7.1f}"
+            f"{base_cpu / (client_us + pg_us):>8.2f}  {results[-1].note}"
         )
     return lines
+
+
+def _cpu_us(results: list[Timed], rows: int) -> tuple[float, float]:
+    """Median CPU microseconds per row: the Spark side, PostgreSQL (0 when unknown)."""
+    client = statistics.median(t.client_cpu_s for t in results)
+    pg = statistics.median(t.postgres_cpu_s or 0.0 for t in results)
+    return client / rows * 1e6, pg / rows * 1e6
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "unknown" if value is None else format(value, spec)
 
 
 @contextmanager
@@ -184,34 +238,34 @@ def _rows(spark: Any, n: int, partitions: int) -> Any:
     return frame
 
 
-def _time_sink(url: str, rows: Any) -> tuple[float, str]:
+def _time_sink(url: str, rows: Any) -> Timed:
     from spark_jobs.sink import OutboxSink
 
     _truncate(url)
     sink = OutboxSink(job="bench", database_url=url)
-    started = time.perf_counter()
+    clock = _Clock()
     outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
-    seconds = time.perf_counter() - started
+    timed = clock.stop("atomic + dedup; the commit transaction open {:.2f} s")
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
         cur.execute("SELECT duration_s FROM batches WHERE job = 'bench'")
         commit_s = cur.fetchone()[0]
     assert outcome.effects_new == rows.count(), outcome
-    return seconds, f"atomic + dedup; the commit transaction open {commit_s:.2f} s"
+    return dataclasses.replace(timed, note=timed.note.format(commit_s))
 
 
-def _time_guarded(url: str, rows: Any) -> tuple[float, str]:
+def _time_guarded(url: str, rows: Any) -> Timed:
     from spark_jobs.guard import VolumeGuard
 
     return _time_with_markers(url, rows, VolumeGuard())
 
 
-def _time_unguarded(url: str, rows: Any) -> tuple[float, str]:
+def _time_unguarded(url: str, rows: Any) -> Timed:
     from spark_jobs.guard import VolumeGuard
 
     return _time_with_markers(url, rows, VolumeGuard.off())
 
 
-def _time_with_markers(url: str, rows: Any, guard: Any) -> tuple[float, str]:
+def _time_with_markers(url: str, rows: Any, guard: Any) -> Timed:
     """The sink after 20 earlier markers of the job (a baseline: the guard reads it)."""
     from spark_jobs.sink import OutboxSink
 
@@ -226,17 +280,17 @@ def _time_with_markers(url: str, rows: Any, guard: Any) -> tuple[float, str]:
             {"n": n},
         )
     sink = OutboxSink(job="bench", database_url=url, volume_guard=guard)
-    started = time.perf_counter()
+    clock = _Clock()
     outcome = sink.write(None, rows, batch_id=f"run-{uuid.uuid4().hex[:8]}")
-    seconds = time.perf_counter() - started
+    timed = clock.stop("the commit transaction open {:.2f} s")
     assert outcome.effects_new == n and outcome.held_reason is None, outcome
     with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
         cur.execute("SELECT duration_s FROM batches WHERE job = 'bench' AND duration_s IS NOT NULL")
         commit_s = cur.fetchone()[0]
-    return seconds, f"the commit transaction open {commit_s:.2f} s"
+    return dataclasses.replace(timed, note=timed.note.format(commit_s))
 
 
-def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:
+def _time_jdbc(url: str, rows: Any) -> Timed:
     from pyspark.sql import functions as F
 
     _truncate(url)
@@ -246,7 +300,7 @@ def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:
         F.lit("bench").alias("job"),
         F.lit("jdbc").alias("batch_id"),
     )
-    started = time.perf_counter()
+    clock = _Clock()
     (
         frame.write.format("jdbc")
         .option("url", _jdbc_url(url))
@@ -256,10 +310,10 @@ def _time_jdbc(url: str, rows: Any) -> tuple[float, str]:
         .mode("append")
         .save()
     )
-    return time.perf_counter() - started, "non-atomic: one transaction per partition"
+    return clock.stop("non-atomic: one transaction per partition")
 
 
-def _time_copy(url: str, rows: Any) -> tuple[float, str]:
+def _time_copy(url: str, rows: Any) -> Timed:
     from pyspark.sql import functions as F
 
     _truncate(url)
@@ -269,14 +323,14 @@ def _time_copy(url: str, rows: Any) -> tuple[float, str]:
             str(folder / "csv"), escape='"'
         )
         csv = next((folder / "csv").glob("part-*.csv"))
-        started = time.perf_counter()
+        clock = _Clock()
         with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur, csv.open() as f:
             cur.copy_expert(
                 "COPY effects (idempotency_key, endpoint, recipient, payload, payload_sha256) "
                 "FROM STDIN WITH (FORMAT csv)",
                 f,
             )
-        return time.perf_counter() - started, "one stream, no dedup, no marker"
+        return clock.stop("one stream, no dedup, no marker")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -66,6 +66,25 @@ def _postgres(postmaster: int | None) -> float | None:
     return _stat(postmaster, children=True) + sum(_stat(int(pid)) for pid in live)
 
 
+def process_tree(pid: int) -> float:
+    """CPU seconds of ``pid`` and every live descendant, each with its reaped
+    children: a Spark driver's JVM, its Python workers, a standalone cluster's
+    master, workers and executors all hang below the bench process."""
+    total = _stat(pid, children=True)
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # a JVM forks from any of its threads
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return total + sum(process_tree(int(child)) for child in children)
+
+
+def postgres_seconds(postmaster: int | None) -> float | None:
+    """CPU seconds of the private cluster so far (None when DATABASE_URL points elsewhere)."""
+    return _postgres(postmaster)
+
+
 def sample(receiver_pid: int, postmaster: int | None) -> Sample:
     t = os.times()
     return Sample(t.children_user + t.children_system, _postgres(postmaster), _stat(receiver_pid))

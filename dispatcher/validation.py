@@ -1,7 +1,8 @@
 """The effect column contract, checked the same way for every producer.
 
 ``enqueue`` raises on the first problem; the Spark sink turns the same
-problems into per-row reject reasons. Standard library only: executors use it.
+problems into per-row reject reasons. The standard library and orjson only:
+executors use it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from dispatcher.errors import InvalidEffect
 from dispatcher.keys import is_valid_key
 
@@ -20,9 +23,19 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 # json.dumps writes U+0000 as the escape \u0000 (after an even run of backslashes).
 _NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 # One encoder, built once: json.dumps with these options would build one per call.
+# It DEFINES the canonical payload bytes (and so payload_sha256): docs/design.md.
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+# Where orjson may print a number unlike _CANONICAL (Python's repr): with an exponent
+# (Python writes 1e-05, orjson 1e-5; an integer beyond 64 bits becomes an orjson
+# float of magnitude >= 9.2e18, printed 9.2...e+18) or a fixed-point float below
+# 1e-4 (orjson 0.00005, Python 5e-05). Such payloads take the exact path.
+# With the NUL escape (which the exact path refuses), the one screen of orjson's
+# bytes: the payloads it matches take the exact path. A pattern both Python's re
+# and RE2 (Arrow's regex kernels, spark_jobs.checks) read the same way.
+FAST_PATH_SCREEN = r"\\u0000|[0-9]e[-+]|0\.0000"
+_SCREEN = re.compile(FAST_PATH_SCREEN.encode())
 MAX_RECIPIENT_CHARS = 1024
 MAX_ORDERING_KEY_CHARS = 512
 MAX_REFERENCE_CHARS = 200
@@ -66,7 +79,49 @@ def check_endpoint_name(endpoint: object) -> str:
 
 
 def payload_bytes(payload: object) -> bytes:
-    """Canonical JSON bytes of an object payload (a dict, or a JSON object as text)."""
+    """Canonical JSON bytes of an object payload (a dict, or a JSON object as text).
+
+    Text goes through orjson first (~4x faster: the sink canonicalises every row),
+    which gives exactly ``_CANONICAL``'s bytes (a property test proves it over
+    arbitrary JSON) unless ``_fast_canonical`` hands the text to the exact path.
+    """
+    if isinstance(payload, str):
+        data = _fast_canonical(payload)
+        if data is not None:
+            return data
+    return _exact_canonical(payload)
+
+
+def _fast_canonical(text: str) -> bytes | None:
+    """orjson's canonical bytes, or None where they might differ from ``_CANONICAL``'s
+    or where the exact path would refuse the payload (it then says why)."""
+    data = unscreened_canonical(text)
+    if data is None or len(data) > MAX_PAYLOAD_BYTES:
+        return None
+    # The substring tests first: the regex costs ~20x more and is rarely needed.
+    if (b"e-" in data or b"e+" in data or b"0.0000" in data or b"\\u0000" in data) and (
+        _SCREEN.search(data)
+    ):
+        return None
+    return data
+
+
+def unscreened_canonical(text: object) -> bytes | None:
+    """orjson's sorted, compact bytes of a JSON object as text, None if it is not
+    one. Canonical only once ``FAST_PATH_SCREEN`` does not match them and they are
+    at most MAX_PAYLOAD_BYTES (``payload_bytes``, or the same screen over a column)."""
+    if type(text) is not str:
+        return None
+    try:
+        value = orjson.loads(text)
+        if type(value) is not dict:
+            return None
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (ValueError, TypeError):  # orjson's decode and encode errors
+        return None
+
+
+def _exact_canonical(payload: object) -> bytes:
     if isinstance(payload, str | bytes):
         try:
             payload = json.loads(payload)
@@ -74,6 +129,8 @@ def payload_bytes(payload: object) -> bytes:
             raise InvalidEffect(
                 "payload", f"is not valid JSON ({exc})", "pass a dict or a JSON object as text"
             ) from exc
+        except RecursionError as exc:
+            raise _too_deep() from exc
     if not isinstance(payload, dict | Mapping):  # dict first: the ABC check is slow
         raise InvalidEffect(
             "payload",
@@ -82,6 +139,8 @@ def payload_bytes(payload: object) -> bytes:
         )
     try:
         data = _CANONICAL.encode(payload).encode("utf-8")
+    except RecursionError as exc:
+        raise _too_deep() from exc
     except (TypeError, ValueError) as exc:
         raise InvalidEffect(
             "payload",
@@ -102,6 +161,12 @@ def payload_bytes(payload: object) -> bytes:
             "remove or replace NUL characters",
         )
     return data
+
+
+def _too_deep() -> InvalidEffect:
+    return InvalidEffect(
+        "payload", "is nested too deeply to encode", "flatten it (a few levels are plenty)"
+    )
 
 
 def payload_sha256(data: bytes) -> str:

@@ -18,7 +18,9 @@ from typing import Any
 
 from dispatcher.errors import InvalidEffect, UnknownEndpoint
 from dispatcher.validation import (
+    FAST_PATH_SCREEN,
     MAX_ORDERING_KEY_CHARS,
+    MAX_PAYLOAD_BYTES,
     MAX_RECIPIENT_CHARS,
     MAX_REFERENCE_CHARS,
     check_email_effect,
@@ -28,6 +30,7 @@ from dispatcher.validation import (
     check_supersedes,
     payload_bytes,
     payload_sha256,
+    unscreened_canonical,
 )
 
 # Columns of a checked batch's valid rows, in the order the write path COPYs them.
@@ -95,7 +98,9 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     """(valid rows, rejects) of one Arrow record batch, both Arrow tables.
 
     Valid rows carry ``VALID_COLUMNS`` (payload canonical, hash computed);
-    rejects carry ``reason`` and ``raw_row`` (the row as JSON text).
+    rejects carry ``reason`` and ``raw_row`` (the row as JSON text). Only the
+    payloads are handled row by row (``payload_bytes``, enqueue's definition),
+    in comprehensions; the rest is Arrow column operations.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -103,39 +108,48 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
     column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
     cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
-    payloads: list[str | None] = []
-    hashes: list[str | None] = []
-    keep: list[bool] = []
+    texts = column["payload"].to_pylist()
+    canonical = [
+        unscreened_canonical(t) if ok else None for ok, t in zip(cleared, texts, strict=True)
+    ]
     reasons: list[str] = []
     raw_rows: list[str] = []
-    for i, (fast, text) in enumerate(zip(cleared, column["payload"].to_pylist(), strict=True)):
-        data = _fast_payload(text) if fast else None
-        if data is None:
-            row = {name: values[i].as_py() for name, values in column.items()}
-            reason, data = check_row(row, endpoints)
-            if reason is not None:
-                reasons.append(reason)
-                raw_rows.append(raw_json(row))
-                keep.append(False)
-                continue
-        keep.append(True)
-        payloads.append(data.decode("utf-8"))
-        hashes.append(payload_sha256(data))
-    mask = pa.array(keep, pa.bool_())
-    valid = {name: pc.filter(column[name], mask) for name in VALID_COLUMNS if name in column}
-    valid["payload"] = pa.array(payloads, pa.string())
-    valid["payload_sha256"] = pa.array(hashes, pa.string())
+    for i in _screened_out(canonical):
+        row = {name: values[i].as_py() for name, values in column.items()}
+        reason, data = check_row(row, endpoints)
+        if reason is None:
+            canonical[i] = data
+        else:
+            reasons.append(reason)
+            raw_rows.append(raw_json(row))
+    good = [data for data in canonical if data is not None]
+    valid = {name: column[name] for name in VALID_COLUMNS if name in column}
+    if reasons:
+        mask = pa.array([data is not None for data in canonical], pa.bool_())
+        valid = {name: pc.filter(values, mask) for name, values in valid.items()}
+    # Valid UTF-8 by construction; the cast checks it in C, no Python decode per row.
+    valid["payload"] = pa.array(good, pa.binary()).cast(pa.string())
+    valid["payload_sha256"] = pa.array([payload_sha256(data) for data in good], pa.string())
     rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
     return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
 
 
-def _fast_payload(text: Any) -> bytes | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return payload_bytes(text)
-    except (InvalidEffect, ValueError):
-        return None
+def _screened_out(canonical: list[bytes | None]) -> list[int]:
+    """Rows the fast path did not clear, or whose bytes ``FAST_PATH_SCREEN`` (the
+    screen ``payload_bytes`` applies, here run by RE2 over the column) sends to the
+    exact path; those rows get ``check_row``, and their bytes are replaced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = pa.array(canonical, pa.large_binary())
+    suspect = pc.or_kleene(
+        pc.match_substring_regex(data, FAST_PATH_SCREEN),
+        pc.greater(pc.binary_length(data), MAX_PAYLOAD_BYTES),
+    )
+    rows: list[int] = pc.indices_nonzero(pc.fill_null(suspect, True)).to_pylist()
+    for i in rows:
+        canonical[i] = None
+    return rows
 
 
 def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:

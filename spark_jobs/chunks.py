@@ -21,7 +21,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dispatcher import sqltext
+from spark_jobs import pgbinary
 from spark_jobs.checks import VALID_COLUMNS, checked_effects
+from spark_jobs.pgbinary import CopyData
 
 _Q = sqltext.beside(__file__, "executor.sql")
 # Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
@@ -29,6 +31,8 @@ _Q = sqltext.beside(__file__, "executor.sql")
 _DEADLOCK_TRIES = 5
 # The checked columns COPY writes into effects (not_before goes to next_attempt_at).
 _EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name != "not_before")
+# psycopg2 sends a COPY in pieces of this size (its default, 8 KiB, means ~3,000 calls a chunk).
+_READ_BYTES = 1 << 20
 # Test hook: pause a task after its first chunk committed (kill tests "mid-write").
 PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
 
@@ -109,7 +113,7 @@ class _Chunk:
 
         self.report.rows += valid.num_rows
         valid = self._without_ledger_keys(valid)
-        plain, scheduled = _tagged_csv(valid, self.run)
+        plain, scheduled = _tagged_copy(valid, self.run)
         rejects_csv = self._rejects_csv(rejects)
         for attempt in range(_DEADLOCK_TRIES):
             try:
@@ -127,7 +131,7 @@ class _Chunk:
             _maybe_pause("effects_written")
 
     def _once(
-        self, plain: bytes, scheduled: bytes, rows: int, rejects_csv: bytes | None
+        self, plain: CopyData, scheduled: CopyData | None, rows: int, rejects_csv: bytes | None
     ) -> tuple[int, int]:
         """One transaction; (mismatches, deferred) among the taken keys."""
         counts = (0, 0)
@@ -139,14 +143,14 @@ class _Chunk:
         self.conn.commit()
         return counts
 
-    def _copy_straight(self, cur: Any, plain: bytes, scheduled: bytes) -> bool:
+    def _copy_straight(self, cur: Any, plain: CopyData, scheduled: CopyData | None) -> bool:
         import psycopg2.errors
 
         cur.execute("SAVEPOINT straight")
         try:
-            cur.copy_expert(_Q["copy_effects"], io.BytesIO(plain))
-            if scheduled:
-                cur.copy_expert(_Q["copy_scheduled_effects"], io.BytesIO(scheduled))
+            cur.copy_expert(_Q["copy_effects"], plain.open(), _READ_BYTES)
+            if scheduled is not None:
+                cur.copy_expert(_Q["copy_scheduled_effects"], scheduled.open(), _READ_BYTES)
             return True
         except psycopg2.errors.UniqueViolation:
             cur.execute("ROLLBACK TO SAVEPOINT straight")
@@ -154,11 +158,11 @@ class _Chunk:
             return False
 
     def _insert_classified(
-        self, cur: Any, plain: bytes, scheduled: bytes, rows: int
+        self, cur: Any, plain: CopyData, scheduled: CopyData | None, rows: int
     ) -> tuple[int, int]:
-        cur.copy_expert(_Q["copy_incoming"], io.BytesIO(plain))
-        if scheduled:
-            cur.copy_expert(_Q["copy_scheduled_incoming"], io.BytesIO(scheduled))
+        cur.copy_expert(_Q["copy_incoming"], plain.open(), _READ_BYTES)
+        if scheduled is not None:
+            cur.copy_expert(_Q["copy_scheduled_incoming"], scheduled.open(), _READ_BYTES)
         cur.execute(_Q["insert_effects"])
         if cur.rowcount == rows:
             return 0, 0
@@ -208,28 +212,40 @@ class _Chunk:
         return csv(tagged).getvalue()
 
 
-def _tagged_csv(valid: Any, run: RunTag) -> tuple[bytes, bytes]:
-    """The chunk as CSV for COPY, tagged with the run: rows due now (the column
-    default now() sets next_attempt_at), and rows with not_before (it does).
-    Sorted by key: neighbouring keys land on neighbouring pages of the unique index."""
-    import pyarrow as pa
+def _tagged_copy(valid: Any, run: RunTag) -> tuple[CopyData, CopyData | None]:
+    """The chunk as binary COPY streams (spark_jobs.pgbinary), tagged with the run:
+    rows due now (the column default now() sets next_attempt_at), and rows with
+    not_before (it does). Sorted by key: neighbouring keys land on neighbouring
+    pages of the unique index."""
     import pyarrow.compute as pc
 
     valid = valid.take(pc.sort_indices(valid, [("idempotency_key", "ascending")]))
-    n = valid.num_rows
-    tags = {
-        "job": pa.repeat(pa.scalar(run.job), n),
-        "batch_id": pa.repeat(pa.scalar(run.batch_id), n),
-        "run_id": pa.repeat(pa.scalar(run.run_id), n),
-    }
-    columns = {**tags, **{name: valid.column(name) for name in _EFFECT_COLUMNS}}
-    table = pa.table(columns)
     due_now = pc.is_null(valid.column("not_before"))
-    plain = table.filter(due_now)
-    scheduled = table.filter(pc.invert(due_now)).append_column(
-        "next_attempt_at", pc.filter(valid.column("not_before"), pc.invert(due_now))
+    plain = valid.filter(due_now)
+    scheduled = valid.filter(pc.invert(due_now))
+    return (
+        _copy_stream(plain, run, scheduled=False),
+        _copy_stream(scheduled, run, scheduled=True) if scheduled.num_rows else None,
     )
-    return csv(plain).getvalue(), csv(scheduled).getvalue() if scheduled.num_rows else b""
+
+
+def _copy_stream(rows: Any, run: RunTag, *, scheduled: bool) -> CopyData:
+    """Fields in the order of executor.sql's COPY column lists."""
+    shared = (
+        pgbinary.field_count(len(_EFFECT_COLUMNS) + 3 + int(scheduled))
+        + pgbinary.text(run.job)
+        + pgbinary.text(run.batch_id)
+        + pgbinary.uuid_field(run.run_id)
+    )
+    columns = [
+        pgbinary.jsonb_column(rows.column(name))
+        if name == "payload"
+        else pgbinary.text_column(rows.column(name))
+        for name in _EFFECT_COLUMNS
+    ]
+    if scheduled:
+        columns.append(pgbinary.timestamptz_column(rows.column("not_before")))
+    return pgbinary.copy_stream(rows.num_rows, shared, columns)
 
 
 def csv(table: Any) -> io.BytesIO:

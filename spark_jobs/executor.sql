@@ -30,26 +30,27 @@ SELECT idempotency_key, payload_sha256 FROM key_ledger
 WHERE idempotency_key = ANY(%(keys)s);
 
 -- name: copy_effects
+-- Binary COPY (spark_jobs.pgbinary): no CSV parse of the payloads' quotes.
 -- The fast path while no key of this task was taken yet (under a savepoint):
 -- straight into the outbox, in parallel with the other partitions. A taken
 -- key raises unique_violation and the chunk goes through incoming_effects.
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-              payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT csv);
+              payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_scheduled_effects
 -- The same for rows with not_before (the default next_attempt_at is now()).
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
               payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
-FROM STDIN WITH (FORMAT csv);
+FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-                       payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT csv);
+                       payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_scheduled_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
                        payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
-FROM STDIN WITH (FORMAT csv);
+FROM STDIN WITH (FORMAT binary);
 
 -- name: insert_effects
 -- The chunk where keys may be taken: those rows are skipped here, classified next.
