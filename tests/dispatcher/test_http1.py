@@ -42,10 +42,13 @@ def answer(data: bytes, close: bool = False) -> Script:
 
 
 class Server:
-    """Answers the n-th request with ``scripts[n]`` (the last one repeats)."""
+    """Answers the n-th request with ``scripts[n]`` (the last one repeats), or, for a
+    request whose ``webhook-id`` is in ``keyed``, with that script (order-proof when a
+    client may give up before the server has read its request)."""
 
-    def __init__(self, scripts: list[Script]) -> None:
+    def __init__(self, scripts: list[Script], keyed: dict[bytes, Script] | None = None) -> None:
         self.scripts = scripts
+        self.keyed = keyed or {}
         self.requests: list[bytes] = []
         self.connections = 0
         self.port = 0
@@ -55,12 +58,17 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
+                length, key = 0, b""
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
+                    if line.lower().startswith(b"webhook-id:"):
+                        key = line.split(b":")[1].strip()
                 self.requests.append(head + await reader.readexactly(length))
-                script = self.scripts[min(len(self.requests), len(self.scripts)) - 1]
+                script = (
+                    self.keyed.get(key)
+                    or self.scripts[min(len(self.requests), len(self.scripts)) - 1]
+                )
                 if await script(reader, writer):
                     break
         except (OSError, asyncio.IncompleteReadError):
@@ -74,9 +82,11 @@ class Server:
 
 @contextlib.asynccontextmanager
 async def serving(
-    scripts: list[Script], tls: ssl.SSLContext | None = None
+    scripts: list[Script],
+    tls: ssl.SSLContext | None = None,
+    keyed: dict[bytes, Script] | None = None,
 ) -> AsyncIterator[Server]:
-    server = Server(scripts)
+    server = Server(scripts, keyed)
     listener = await asyncio.start_server(server.serve, "127.0.0.1", 0, ssl=tls)
     server.port = listener.sockets[0].getsockname()[1]
     try:
@@ -86,10 +96,10 @@ async def serving(
 
 
 async def post(
-    client: Client, server: Server, timeout_s: float = 2.0, scheme: str = "http"
+    client: Client, server: Server, timeout_s: float = 2.0, scheme: str = "http", key: str = "k1"
 ) -> Answer:
     return await client.post(
-        client.target(server.url(scheme)), [("webhook-id", "k1")], b'{"n":1}', timeout_s
+        client.target(server.url(scheme)), [("webhook-id", key)], b'{"n":1}', timeout_s
     )
 
 
@@ -305,10 +315,10 @@ def test_any_bytes_end_as_an_answer_or_a_failure_and_the_client_goes_on(
     raw: bytes, close: bool
 ) -> None:
     async def main() -> None:
-        async with serving([answer(raw, close=close), answer(OK)]) as server:
+        async with serving([answer(OK)], keyed={b"odd": answer(raw, close=close)}) as server:
             client = Client(4, LOOPBACK, None)
             try:
-                got = await post(client, server, timeout_s=0.3)
+                got = await post(client, server, timeout_s=0.3, key="odd")
                 assert 0 <= got.status <= 999 and len(got.body) <= EXCERPT_BYTES
             except Failure as failure:
                 assert failure.kind in {"BadResponse", "Disconnected", "Timeout"}
