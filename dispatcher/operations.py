@@ -52,6 +52,13 @@ def check_reason(reason: str) -> str:
     return reason.strip()
 
 
+def check_cap(cap: int) -> int:
+    """A bulk action's cap: 1 to MAX_BULK_CAP."""
+    if not 1 <= cap <= MAX_BULK_CAP:
+        raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
+    return cap
+
+
 def record_action(
     conn: Connection,
     *,
@@ -171,8 +178,7 @@ def _capped_requeue(
     conn: Connection, queries: tuple[str, str], params: dict[str, Any], *, cap: int, dry_run: bool
 ) -> tuple[BulkRequeue, list[str]]:
     """Count (up to cap + 1), then requeue unless a dry run or over the cap."""
-    if not 1 <= cap <= MAX_BULK_CAP:
-        raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
+    check_cap(cap)
     count, update = queries
     matched = int(conn.execute(_Q[count], params | {"cap_plus_one": cap + 1}).scalar() or 0)
     if dry_run:

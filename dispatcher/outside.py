@@ -45,7 +45,7 @@ def clean(
     else:
         text = value[: max_chars * 4]
         if not text.isascii():
-            # aiohttp decodes headers with surrogateescape; any surrogate is invalid here.
+            # The webhook client decodes headers with surrogateescape: no surrogate may stay.
             text = text.encode("utf-8", "surrogatepass").decode("utf-8", errors="replace")
     if _CONTROL.search(text):
         text = _CONTROL.sub(_escape, text)

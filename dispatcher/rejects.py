@@ -23,10 +23,10 @@ from sqlalchemy.engine import Connection
 
 from dispatcher.audit import from_row
 from dispatcher.enqueue import enqueue
-from dispatcher.errors import InvalidEffect, InvalidRequest, UnknownEndpoint
+from dispatcher.errors import InvalidEffect, UnknownEndpoint
 from dispatcher.filters import InvalidFilter, check_limit
 from dispatcher.masking import MASK, mask_payload
-from dispatcher.operations import MAX_BULK_CAP, check_reason, record_action
+from dispatcher.operations import MAX_BULK_CAP, check_cap, check_reason, record_action
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "rejects.sql")
@@ -148,8 +148,7 @@ def requeue(
     savepoint and rolls it back: its counts are exact, and nothing is written.
     """
     reason = check_reason(reason)
-    if not 1 <= cap <= MAX_BULK_CAP:
-        raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
+    check_cap(cap)
     params = {"job": job, "batch_id": batch_id, "prefix": UnknownEndpoint.PREFIX}
     rows = conn.execute(_Q["requeueable_rejects"], params | {"limit": cap + 1}).all()
     done = RequeuedRejects(job, batch_id, len(rows), 0, 0, {}, dry_run, cap)

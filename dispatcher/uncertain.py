@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from dispatcher import endpoints, masking, wakeup
 from dispatcher.audit import from_row
 from dispatcher.errors import Conflict, InvalidRequest, NotFound
-from dispatcher.operations import MAX_BULK_CAP, check_reason, record_action
+from dispatcher.operations import MAX_BULK_CAP, check_cap, check_reason, record_action
 from dispatcher.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "uncertain.sql")
@@ -110,8 +110,7 @@ def resolve_endpoint(
     """Resolve every uncertain effect of one endpoint, refusing (409) more than ``cap``."""
     _check_action(action)
     reason = check_reason(reason)
-    if not 1 <= cap <= MAX_BULK_CAP:
-        raise InvalidRequest("cap", f"{cap} is out of range", f"use 1 to {MAX_BULK_CAP}")
+    check_cap(cap)
     endpoints.get(conn, name)  # NotFound for an unknown name
     params = {"endpoint": name, "cap_plus_one": cap + 1}
     keys = [r[0] for r in conn.execute(_Q["uncertain_of_endpoint"], params)]
