@@ -5,7 +5,9 @@
 workers, N/2 cores each, started from the installed PySpark). The same rows
 (key, endpoint, recipient, ~230-byte JSON payload) go into the same indexed
 ``effects`` table three ways, on a fresh migrated database, each after a
-TRUNCATE and a CHECKPOINT; within one configuration the three paths run in
+TRUNCATE and a CHECKPOINT; within one configuration every path first runs once untimed
+(``--warmup``: the JDBC writer's JIT-compiled JVM code and the sink's Python
+workers with their imports are then warm alike), then the three paths run in
 interleaved rounds (drift hits all alike) and the table shows medians and
 ratios to the JDBC append of the same configuration:
 
@@ -64,12 +66,12 @@ class _Clock:
     def __init__(self) -> None:
         self.postmaster = cpu.postmaster_pid()
         self.started = time.perf_counter()
-        self.client = cpu.process_tree(os.getpid())
+        self.client = cpu.TreeMeter(os.getpid())
         self.postgres = cpu.postgres_seconds(self.postmaster)
 
     def stop(self, note: str) -> Timed:
         seconds = time.perf_counter() - self.started
-        client = cpu.process_tree(os.getpid()) - self.client
+        client = self.client.stop()
         pg = cpu.postgres_seconds(self.postmaster)
         used = None if pg is None or self.postgres is None else pg - self.postgres
         return Timed(seconds, client, used, note)
@@ -86,6 +88,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--repeat", type=int, default=3, help="interleaved rounds; medians shown (default: 3)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed rounds of every path first, in each session (default: 1)",
     )
     parser.add_argument(
         "--valves", action="store_true", help="the sink with the volume guard on vs off"
@@ -137,6 +145,10 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
     with _session(master, partitions) as (spark, label):
         rows = _rows(spark, args.rows, partitions)
         _register_endpoint(url)
+        for _ in range(args.warmup):  # every path alike: JDBC's JIT, the Python workers' imports
+            for name, time_path in paths.items():
+                warm = time_path(url, rows)
+                print(f"{label} x{partitions} warm-up: {name}: {warm.seconds:.2f} s", flush=True)
         for round_ in range(1, args.repeat + 1):
             for name, time_path in paths.items():  # interleaved: drift hits every path alike
                 runs[name].append(time_path(url, rows))

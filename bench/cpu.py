@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from pathlib import Path
 
 from dispatcher.settings import Settings
@@ -66,18 +67,69 @@ def _postgres(postmaster: int | None) -> float | None:
     return _stat(postmaster, children=True) + sum(_stat(int(pid)) for pid in live)
 
 
-def process_tree(pid: int) -> float:
-    """CPU seconds of ``pid`` and every live descendant, each with its reaped
-    children: a Spark driver's JVM, its Python workers, a standalone cluster's
-    master, workers and executors all hang below the bench process."""
-    total = _stat(pid, children=True)
+class TreeMeter:
+    """CPU seconds of a process and every descendant, counted process by process.
+
+    A Spark driver's JVM, its Python workers and a standalone cluster's master,
+    workers and executors all hang below the bench process. Summing the live tree
+    at two instants is wrong where a process exits in between: PySpark's daemon
+    ignores SIGCHLD, so an idle Python worker that exits takes its CPU with it (the
+    raw-COPY rows once read negative). Here every process, told apart by pid and
+    start time, is sampled every ``interval_s`` while the meter runs and counts
+    the CPU it used since the meter started (since it started, if later), up to
+    its last sample: at most ``interval_s`` of a process that exits is lost.
+    """
+
+    def __init__(self, root: int, interval_s: float = 0.2) -> None:
+        self._root = root
+        self._interval_s = interval_s
+        self._first: dict[tuple[int, str], float] = {}
+        self._last: dict[tuple[int, str], float] = {}
+        self._stopping = threading.Event()
+        self._sample(at_start=True)
+        self._thread = threading.Thread(target=self._run, name="cpu-tree-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        """The CPU seconds the tree used since the meter started."""
+        self._stopping.set()
+        self._thread.join()
+        self._sample(at_start=False)
+        return sum(last - self._first.get(key, 0.0) for key, last in self._last.items())
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            self._sample(at_start=False)
+
+    def _sample(self, *, at_start: bool) -> None:
+        for pid in _tree(self._root):
+            seen = _own(pid)
+            if seen is None:
+                continue
+            key, seconds = seen
+            if at_start:
+                self._first[key] = seconds
+            self._last[key] = max(seconds, self._last.get(key, 0.0))
+
+
+def _own(pid: int) -> tuple[tuple[int, str], float] | None:
+    """((pid, start time), utime + stime in seconds) of a live process, else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (pid, fields[19]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (a JVM forks from any of its threads)."""
     children: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):  # a JVM forks from any of its threads
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             children += (task / "children").read_text().split()
         except OSError:
             continue
-    return total + sum(process_tree(int(child)) for child in children)
+    return [pid, *(p for child in children for p in _tree(int(child)))]
 
 
 def postgres_seconds(postmaster: int | None) -> float | None:

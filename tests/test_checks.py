@@ -12,7 +12,9 @@ the insert into the real outbox, and read it back unchanged (and invisible).
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import re
 import uuid
 from typing import Any
 
@@ -31,7 +33,7 @@ from dispatcher.validation import (
     MAX_REFERENCE_CHARS,
     payload_sha256,
 )
-from spark_jobs.checks import check_row, checked_effects, raw_json
+from spark_jobs.checks import COLUMN_SCREEN, check_row, checked_effects, raw_json
 from spark_jobs.chunks import RunTag, TaskReport, write_effects
 from tests.spark.helpers import EFFECT_ARROW_SCHEMA
 
@@ -126,6 +128,64 @@ def test_vectorised_checks_give_the_per_row_outcome(batch_rows: list[dict[str, A
     assert got_rejects == [r for _, r in expected if r is not None]
 
 
+# Numbers where orjson and json may print differently, and text that looks like them.
+tricky_numbers = st.one_of(
+    st.floats(min_value=-1e-3, max_value=1e-3, allow_nan=False),
+    st.floats(min_value=1e14, max_value=1e20),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(),  # unbounded: past 64 bits orjson reads a float
+)
+money_texts = st.from_regex(r"\A-?[0-9]{1,4}\.0{4}[0-9]?\Z|\A[:,\[]?0\.0000[1-9]\Z", fullmatch=True)
+nul_free = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+screen_values = st.recursive(
+    tricky_numbers | money_texts | nul_free,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(nul_free, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Effect rows as a record batch; the optional fields left out are null."""
+    return pa.RecordBatch.from_pylist(
+        [{name: row.get(name) for name in EFFECT_ARROW_SCHEMA.names} for row in rows],
+        schema=EFFECT_ARROW_SCHEMA,
+    )
+
+
+def _definition(text: str) -> bytes:
+    return json.dumps(
+        json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        allow_nan=False,
+    ).encode("utf-8")  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(nul_free, screen_values, max_size=4), min_size=1, max_size=6))
+def test_narrow_column_screen_keeps_every_payloads_canonical_bytes_and_hash(
+    objects: list[dict[str, Any]],
+) -> None:
+    """COLUMN_SCREEN lets money-like text ("10.0000") keep orjson's bytes; every
+    number orjson prints unlike json still sends its row to the exact path."""
+    batch_rows = [
+        {"idempotency_key": effect_key("screen", i), "endpoint": "hook", "payload": json.dumps(v)}
+        for i, v in enumerate(objects)
+    ]
+    valid, rejects = checked_effects(_batch(batch_rows), ENDPOINTS)
+    assert rejects.num_rows == 0
+    want = [_definition(row["payload"]) for row in batch_rows]
+    assert [p.encode("utf-8") for p in valid.column("payload").to_pylist()] == want
+    assert valid.column("payload_sha256").to_pylist() == [
+        hashlib.sha256(data).hexdigest() for data in want
+    ]
+
+
+def test_column_screen_lets_money_text_through_and_catches_tiny_numbers() -> None:
+    screen = re.compile(COLUMN_SCREEN.encode())
+    assert not screen.search(b'{"amount":"10.0000","memo":"0.00001"}')
+    for caught in (b'{"a":0.00001}', b'{"a":[1,-0.00005]}', b'{"a":1e-7}', b'{"a":1e+16}'):
+        assert screen.search(caught), caught
+
+
 def test_email_effects_are_checked_against_the_email_contract() -> None:
     rows = [
         {"recipient": "ada@example.com", "payload": '{"subject": "Hi", "text": "x"}'},
@@ -133,20 +193,9 @@ def test_email_effects_are_checked_against_the_email_contract() -> None:
         {"recipient": "ada@example.com", "payload": '{"subject": "Hi"}'},
     ]
     full = [
-        {
-            "idempotency_key": effect_key("m", i),
-            "endpoint": "mail",
-            "ordering_key": None,
-            "reference": None,
-            "supersedes": None,
-            "reject_reason": None,
-            "not_before": None,
-            **row,
-        }
-        for i, row in enumerate(rows)
+        {"idempotency_key": effect_key("m", i), "endpoint": "mail", **r} for i, r in enumerate(rows)
     ]
-    batch = pa.RecordBatch.from_pylist(full, schema=EFFECT_ARROW_SCHEMA)
-    valid, rejects = checked_effects(batch, ENDPOINTS)
+    valid, rejects = checked_effects(_batch(full), ENDPOINTS)
     assert valid.column("recipient").to_pylist() == ["ada@example.com"]
     reasons = rejects.column("reason").to_pylist()
     assert reasons[0].startswith("recipient:") and "not exactly one e-mail address" in reasons[0]
