@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from dispatcher import holds
+from dispatcher import db, holds
 from dispatcher.settings import Settings
 from outbox.database import cli_actor, engine_for
 
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 def list_held(args: argparse.Namespace, settings: Settings) -> int:
     engine = engine_for(settings)
     try:
-        with engine.connect() as conn:
+        with db.translated(), engine.connect() as conn:
             found = holds.held_batches(conn)
     finally:
         engine.dispose()
@@ -63,7 +63,7 @@ def decide(args: argparse.Namespace, settings: Settings) -> int:
     action = holds.release if args.action == "release" else holds.cancel
     engine = engine_for(settings)
     try:
-        with engine.begin() as conn:
+        with db.translated(), engine.begin() as conn:
             done = action(
                 conn,
                 args.job,

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from dispatcher import uncertain
+from dispatcher import db, uncertain
 from dispatcher.errors import ConfigurationError
 from dispatcher.settings import Settings
 from outbox import output
@@ -60,7 +60,7 @@ def register(cmds: Any) -> None:
 def list_uncertain(args: argparse.Namespace, settings: Settings) -> int:
     engine = engine_for(settings)
     try:
-        with engine.connect() as conn:
+        with db.translated(), engine.connect() as conn:
             found = uncertain.listed(conn, limit=args.limit)
     finally:
         engine.dispose()
@@ -85,7 +85,7 @@ def resolve(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError("resolve: give an idempotency key or --endpoint NAME (one)")
     engine = engine_for(settings)
     try:
-        with engine.begin() as conn:
+        with db.translated(), engine.begin() as conn:
             if args.key is not None:
                 done = uncertain.resolve(
                     conn,

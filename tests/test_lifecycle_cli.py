@@ -92,3 +92,21 @@ def test_tokens_and_purge_from_the_command_line(
         ("create_endpoint", "hook"),
         ("purge", "effects finished more than 30d ago"),
     ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["effects", "uncertain"],
+        ["effects", "resolve", "--endpoint", "crm", "--send-again", "--reason", "r", "--dry-run"],
+        ["batches", "held"],
+    ],
+)
+def test_commands_say_the_database_is_unavailable_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No traceback when PostgreSQL cannot be reached: one line and exit 2, as
+    every other command (db.translated)."""
+    assert _cli("postgresql://nobody@127.0.0.1:1/none", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("outbox: error: the database is unavailable"), err
