@@ -46,9 +46,11 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         ) from exc
 
 
-def _env_flag(env: Mapping[str, str], name: str) -> bool:
+def _env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no"):
+    if raw == "":
+        return default
+    if raw in ("0", "false", "no"):
         return False
     if raw in ("1", "true", "yes"):
         return True
@@ -111,6 +113,9 @@ class Settings:
     # Measured best on a 2-core host (docs/dispatcher.md, "Throughput"): claims of ~100
     # rows (the worker claims again when half a batch of room is free).
     claim_batch_size: int = 200
+    # Hot-path statements prepared once per connection (dispatcher/prepared.py);
+    # off behind a PgBouncer in transaction pooling mode.
+    prepared_statements: bool = True
     lease_s: float = 60.0
     poll_interval_s: float = 1.0
     shutdown_timeout_s: float = 30.0
@@ -154,6 +159,7 @@ class Settings:
             worker_id=env.get("OUTBOX_WORKER_ID", ""),
             concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
             claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
+            prepared_statements=_env_flag(env, "OUTBOX_PREPARED_STATEMENTS", default=True),
             lease_s=_env_float(
                 env,
                 "OUTBOX_LEASE_S",

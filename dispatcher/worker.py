@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -31,7 +32,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import outside, retention, store
+from dispatcher import outside, prepared, retention, store
 from dispatcher.dbcalls import DbCalls
 from dispatcher.delivery import Delivery
 from dispatcher.health import QueueStats
@@ -144,10 +145,16 @@ class Worker:
         capacity = s.concurrency + s.claim_batch_size
         while not self._stopping.is_set():
             self._wake.clear()
-            limit = min(s.claim_batch_size, capacity - len(self._in_flight))
+            room = min(s.claim_batch_size, capacity - len(self._in_flight))
+            # A few distinct claim sizes: each is a statement prepared per connection.
+            limit = prepared.size_of(room, s.claim_batch_size) if room > 0 else 0
             if limit > 0:
                 claimed = await self._db.call(
-                    store.claim, self.worker_id, limit, s.lease_s, until=self._stopping
+                    functools.partial(store.claim, prepared=s.prepared_statements),
+                    self.worker_id,
+                    limit,
+                    s.lease_s,
+                    until=self._stopping,
                 )
                 for effect in claimed or []:
                     self._unrecorded += 1

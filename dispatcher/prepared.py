@@ -1,0 +1,113 @@
+"""Hot-path statements prepared once per connection, their plans kept and refreshed.
+
+Why: at a low rate the claim is planning, not work. At 1,000 effects/s (one
+dispatcher process, ~5 effects per claim) pg_stat_statements measured 1.31 ms
+planning and 0.51 ms executing per claim; with two processes the claims alone
+took 65 % of one core. A prepared statement plans once; PostgreSQL then runs its
+generic plan (``plan_cache_mode = auto`` keeps custom plans when the generic one
+is estimated dearer, so nothing here can force a worse plan).
+
+Two traps, both measured (bench/RESULTS.md, "a claim planned once"):
+
+- A ``LIMIT`` given as a parameter makes the generic plan guess 10 % of the
+  table: the claim's final UPDATE then hash-joined a sequential scan of
+  ``effects`` (7.7 ms per claim at 30,000 due rows against 1.6 ms unprepared).
+  So the limit is written into the statement, one statement per size; the
+  worker rounds its claims' sizes down to a power of two (``size_of``), so a
+  connection holds a few (at most ``_MAX_PER_CONNECTION``, then all are dropped).
+- A plan is built with the statistics of its moment. PostgreSQL replans after
+  ANALYZE and TRUNCATE; ``max_age_s`` bounds the rest (a plan made on an empty
+  table before a million-row batch commits is at most that old).
+
+Behind a PgBouncer in transaction pooling mode a prepared statement may not be on
+the server connection that runs it: set ``OUTBOX_PREPARED_STATEMENTS=0``. A
+statement found missing (a server-side ``DISCARD ALL``) is prepared again once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+# SQLAlchemy text()'s own rule for a bind parameter (not '::type', not 'a:b').
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+_MISSING = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
+_INFO_KEY = "outbox_prepared_at"
+_MAX_PER_CONNECTION = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    """``sql`` with ``:name`` parameters, each given a PostgreSQL type in ``types``."""
+
+    name: str
+    sql: str
+    types: Mapping[str, str]
+    max_age_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.name):
+            raise ValueError(f"prepared statement name {self.name!r}: use [a-z0-9_]")
+        missing = set(_BIND.findall(self.sql)) - set(self.types)
+        if missing:
+            raise ValueError(f"{self.name}: no type for parameter(s) {sorted(missing)}")
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """The parameters in the order of their first use ($1, $2, ...)."""
+        return tuple(dict.fromkeys(_BIND.findall(self.sql)))
+
+    def prepare_sql(self) -> str:
+        order = self.order
+        body = _BIND.sub(lambda m: f"${order.index(m.group(1)) + 1}", self.sql)
+        types = ", ".join(self.types[name] for name in order)
+        return f"PREPARE {self.name} ({types}) AS {body}"
+
+    def execute_sql(self) -> str:
+        return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.order))})"
+
+
+def size_of(limit: int, ceiling: int) -> int:
+    """The statement size for a claim of up to ``limit``: ``ceiling`` itself, or the
+    largest power of two not above ``limit`` (a few statements, not one per value)."""
+    if limit >= ceiling:
+        return ceiling
+    return 1 << (max(1, limit).bit_length() - 1)
+
+
+def execute(conn: Connection, statement: Statement, values: Mapping[str, Any]) -> Any:
+    """Run ``statement`` prepared on ``conn``'s connection (preparing it first when it
+    is new there or older than its ``max_age_s``); its result."""
+    prepared: dict[str, float] = conn.connection.info.setdefault(_INFO_KEY, {})
+    params = tuple(values[name] for name in statement.order)
+    for last_try in (False, True):
+        at = prepared.get(statement.name)
+        if at is None and len(prepared) >= _MAX_PER_CONNECTION:
+            conn.exec_driver_sql("DEALLOCATE ALL")
+            prepared.clear()
+        if at is None or time.monotonic() - at > statement.max_age_s:
+            if at is not None:
+                _deallocate(conn, statement.name)
+            conn.exec_driver_sql(statement.prepare_sql())
+            prepared[statement.name] = time.monotonic()
+        try:
+            return conn.exec_driver_sql(statement.execute_sql(), params)
+        except DBAPIError as exc:
+            if last_try or getattr(exc.orig, "pgcode", None) != _MISSING:
+                raise
+            prepared.pop(statement.name, None)  # gone from the server: prepare again
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _deallocate(conn: Connection, name: str) -> None:
+    try:
+        conn.exec_driver_sql(f"DEALLOCATE {name}")
+    except DBAPIError as exc:
+        if getattr(exc.orig, "pgcode", None) != _MISSING:
+            raise
