@@ -1,7 +1,8 @@
 """Dispatcher throughput side by side with pgqueuer and a bare client, and latency.
 
     flock /tmp/outbox-bench.lock .venv/bin/python -m bench dispatch
-    ... -- [--effects 30000] [--rounds 3] [--latency-s 30] [--rate 1000] [--only NAME ...]
+    ... -- [--effects 30000] [--rounds 3] [--latency-s 30] [--latency-rounds 3] [--rate 1000]
+           [--only NAME ...]
     ... -- --valves   (the claim with the held-batch exclusion vs main's view: bench/valves.py)
 
 On one fresh database, against one receiver (uvicorn + uvloop + httptools, one
@@ -26,7 +27,8 @@ The limits' and ordering's costs: ``... -- --only "processes 1" --latency-s 0``.
 A queue contender's time runs from the commit of its N jobs to the moment none
 is left unfinished in the database. Then p50/p99 commit-to-arrival latency at a
 steady rate (one ``enqueue`` + COMMIT each; the producer notes the time after
-COMMIT, the receiver notes each arrival: same host clock).
+COMMIT, the receiver notes each arrival: same host clock), with 1 process and the
+default, in interleaved rounds; the medians of each round's p50 and p99.
 """
 
 from __future__ import annotations
@@ -165,17 +167,30 @@ def _valve_ratio(runs: Runs) -> None:
     print(f"median ratio: {statistics.median(ratios):.2f}")
 
 
-def latency(ctx: contenders.Ctx, rate: float, seconds: float) -> None:
-    """p50/p99 commit-to-arrival, with one worker process and with the default."""
-    for processes in (1, 0):
-        lat_ms, achieved = contenders.latency(ctx, rate, seconds, processes)
-        p50 = statistics.median(lat_ms)
-        p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
-        label = "1" if processes == 1 else f"default ({contenders.cores()})"
+def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> None:
+    """p50/p99 commit-to-arrival, with one worker process and with the default, in
+    interleaved rounds (the machine is noisy: one run can be off by 2x); medians."""
+    results: dict[str, list[tuple[float, float]]] = {}
+    for r in range(rounds):
+        for processes in (1, 0) if r % 2 == 0 else (0, 1):
+            lat_ms, achieved = contenders.latency(ctx, rate, seconds, processes)
+            p50 = statistics.median(lat_ms)
+            p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
+            label = "1" if processes == 1 else f"default ({contenders.cores()})"
+            results.setdefault(label, []).append((p50, p99))
+            print(
+                f"round {r + 1}: commit-to-arrival, dispatcher --processes {label}: asked "
+                f"{rate:,.0f}/s, got {achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, "
+                f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms",
+                flush=True,
+            )
+    for label, runs in results.items():
+        p50s, p99s = [p for p, _ in runs], [p for _, p in runs]
         print(
-            f"\ncommit-to-arrival, dispatcher --processes {label}: asked {rate:,.0f}/s, got "
-            f"{achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
-            f"max {lat_ms[-1]:.1f} ms"
+            f"\ncommit-to-arrival at {rate:,.0f}/s, dispatcher --processes {label}, median of "
+            f"{len(runs)} round(s): p50 {statistics.median(p50s):.1f} ms "
+            f"({', '.join(f'{p:.1f}' for p in p50s)}), p99 {statistics.median(p99s):.1f} ms "
+            f"({', '.join(f'{p:.1f}' for p in p99s)})"
         )
 
 
@@ -185,6 +200,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="0: latency only")
     parser.add_argument("--latency-s", type=float, default=30.0, help="0: skip")
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--latency-rounds", type=int, default=3)
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
     parser.add_argument(
         "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
@@ -202,7 +218,7 @@ def main(argv: list[str]) -> int:
                 if args.valves:
                     _valve_ratio(runs)
             if args.latency_s > 0 and not args.valves:
-                latency(ctx, args.rate, args.latency_s)
+                latency(ctx, args.rate, args.latency_s, args.latency_rounds)
         finally:
             engine.dispose()
     print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")
