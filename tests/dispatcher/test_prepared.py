@@ -8,8 +8,11 @@ generic plan that scans the whole outbox; a statement gone from the server (a
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -18,9 +21,13 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from dispatcher import db, prepared, store
+from dispatcher.endpoints import add_webhook
+from dispatcher.enqueue import enqueue
 from dispatcher.errors import ConfigurationError
+from dispatcher.keys import effect_key
 from dispatcher.settings import Settings
 from tests.conftest import insert_endpoint
+from tests.dispatcher.conftest import Receiver, run_worker
 
 
 @pytest.fixture
@@ -135,10 +142,19 @@ def test_parameters_keep_their_order_of_first_use() -> None:
     room=st.integers(min_value=1, max_value=5000), batch=st.integers(min_value=1, max_value=5000)
 )
 def test_claim_sizes_are_few_and_never_above_the_room(room: int, batch: int) -> None:
-    size = prepared.size_of(min(room, batch), batch)
-    assert 1 <= size <= min(room, batch)
-    assert size == batch or size & (size - 1) == 0  # the batch size, or a power of two
-    assert size * 2 > min(room, batch)  # never less than half the room
+    wanted = min(room, batch)
+    size = prepared.size_of(wanted, batch)
+    assert 1 <= size <= wanted
+    step = max(1, batch // 8)
+    if wanted >= step:  # an eighth of the batch at most is left unclaimed
+        assert size % step == 0 or size == batch
+        assert wanted - size < step
+    else:  # below that, a power of two: more than half the room
+        assert size & (size - 1) == 0 and size * 2 > wanted
+    # Few distinct sizes for one batch size: few statements prepared per connection.
+    assert (
+        len({prepared.size_of(n, batch) for n in range(1, batch + 1)}) <= 20
+    )  # below the cap of 32 per connection
 
 
 def test_the_setting_reads_the_environment() -> None:
@@ -146,3 +162,33 @@ def test_the_setting_reads_the_environment() -> None:
     assert Settings.from_env(env={"OUTBOX_PREPARED_STATEMENTS": "0"}).prepared_statements is False
     with pytest.raises(ConfigurationError, match="OUTBOX_PREPARED_STATEMENTS"):
         Settings.from_env(env={"OUTBOX_PREPARED_STATEMENTS": "maybe"})
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_worker_prepares_claims_only_after_a_short_one(
+    engine: Engine, fast: Settings, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+    enabled: bool,
+) -> None:  # fmt: skip
+    """A backlog is claimed planned per call (full claims); once claims come back
+    short, prepared; with OUTBOX_PREPARED_STATEMENTS=0, never. Every effect is
+    delivered once either way."""
+    calls: list[tuple[bool, int, int]] = []  # (prepared, limit, claimed)
+    real_claim = store.claim
+
+    def claim(*args: Any, prepared: bool = True) -> list[store.Claimed]:
+        got = real_claim(*args, prepared=prepared)
+        calls.append((prepared, args[2], len(got)))
+        return got
+
+    monkeypatch.setattr(store, "claim", claim)
+    with engine.begin() as conn:
+        add_webhook(conn, name="hook", url=receiver.url())
+        for i in range(50):
+            enqueue(conn, idempotency_key=effect_key("p", i), endpoint="hook", payload={"i": i})
+    settings = dataclasses.replace(fast, claim_batch_size=8, prepared_statements=enabled)
+    assert run_worker(settings, engine) == 0
+    assert sorted(receiver.keys()) == sorted(effect_key("p", i) for i in range(50))
+    for (_, _, before), (was_prepared, _, _) in itertools.pairwise(calls):
+        assert was_prepared == (enabled and before < 1)  # 8 // 8: a claim of 0 is short
+    assert calls[0][0] == enabled  # nothing claimed before the first claim
+    assert any(c[2] == 8 for c in calls) and any(not c[0] for c in calls)
