@@ -93,7 +93,9 @@ def size_of(limit: int, ceiling: int) -> int:
 
 def execute(conn: Connection, statement: Statement, values: Mapping[str, Any]) -> Any:
     """Run ``statement`` prepared on ``conn``'s connection (preparing it first when it
-    is new there or older than its ``max_age_s``); its result."""
+    is new there or older than its ``max_age_s``); its result. The retry after a lost
+    statement needs an autocommit connection (the dispatcher's engine): inside a
+    transaction the failed EXECUTE has already aborted it."""
     prepared: dict[str, float] = conn.connection.info.setdefault(_INFO_KEY, {})
     params = tuple(values[name] for name in statement.order)
     for last_try in (False, True):

@@ -93,13 +93,14 @@ class Result:
 
 
 def claim(
-    engine: Engine, worker_id: str, limit: int, lease_s: float, *, prepared: bool = True
+    engine: Engine, worker_id: str, limit: int, lease_s: float, *, prepared: bool = False
 ) -> list[Claimed]:
     """Lease up to ``limit`` due effects; keys already delivered are settled, not returned.
 
     ``prepared``: run the claim as a statement prepared once per connection and
     ``limit`` (``dispatcher.prepared``: planning was ~70 % of a small claim's cost);
-    callers keep the number of distinct limits small (``prepared.size_of``).
+    the worker asks for it after a short claim, with few distinct limits
+    (``prepared.size_of``). Otherwise the claim is planned per call.
     """
     params = {"worker_id": worker_id, "lease_s": lease_s}
     deadline = time.monotonic() + lease_s

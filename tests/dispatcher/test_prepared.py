@@ -61,7 +61,7 @@ def test_the_claim_is_prepared_once_and_runs_its_generic_plan(one_connection: En
     insert_endpoint(one_connection, "hook")
     _due(one_connection, 40)
     for _ in range(8):
-        assert len(store.claim(one_connection, "w", 4, 30)) == 4
+        assert len(store.claim(one_connection, "w", 4, 30, prepared=True)) == 4
     with one_connection.connect() as conn:
         generic, custom = _statements(conn)["outbox_claim_4"]
     # PostgreSQL plans the first five executions, then keeps the generic plan.
@@ -83,7 +83,7 @@ def test_the_generic_plan_never_reads_the_whole_outbox(one_connection: Engine) -
     _due(one_connection, 30000)
     with one_connection.connect() as conn:
         conn.exec_driver_sql("ANALYZE effects")
-    store.claim(one_connection, "w", 8, 30)
+    store.claim(one_connection, "w", 8, 30, prepared=True)
     with one_connection.connect() as conn:
         conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         plan = "\n".join(
@@ -96,10 +96,10 @@ def test_the_generic_plan_never_reads_the_whole_outbox(one_connection: Engine) -
 def test_a_statement_gone_from_the_server_is_prepared_again(one_connection: Engine) -> None:
     insert_endpoint(one_connection, "hook")
     _due(one_connection, 10)
-    assert len(store.claim(one_connection, "w", 2, 30)) == 2
+    assert len(store.claim(one_connection, "w", 2, 30, prepared=True)) == 2
     with one_connection.connect() as conn:
         conn.exec_driver_sql("DISCARD ALL")  # what a pooler's server reset does
-    assert len(store.claim(one_connection, "w", 2, 30)) == 2
+    assert len(store.claim(one_connection, "w", 2, 30, prepared=True)) == 2
     with one_connection.connect() as conn:
         assert "outbox_claim_2" in _statements(conn)
 
@@ -175,7 +175,7 @@ def test_the_worker_prepares_claims_only_after_a_short_one(
     calls: list[tuple[bool, int, int]] = []  # (prepared, limit, claimed)
     real_claim = store.claim
 
-    def claim(*args: Any, prepared: bool = True) -> list[store.Claimed]:
+    def claim(*args: Any, prepared: bool = False) -> list[store.Claimed]:
         got = real_claim(*args, prepared=prepared)
         calls.append((prepared, args[2], len(got)))
         return got
