@@ -31,6 +31,7 @@ statement found missing (a server-side ``DISCARD ALL``) is prepared again once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import time
 from collections.abc import Mapping
@@ -62,9 +63,10 @@ class Statement:
         if missing:
             raise ValueError(f"{self.name}: no type for parameter(s) {sorted(missing)}")
 
-    @property
+    @functools.cached_property
     def order(self) -> tuple[str, ...]:
-        """The parameters in the order of their first use ($1, $2, ...)."""
+        """The parameters in the order of their first use ($1, $2, ...). Cached: a
+        regex pass over the claim's 6 KB took ~160 µs, on every claim."""
         return tuple(dict.fromkeys(_BIND.findall(self.sql)))
 
     def prepare_sql(self) -> str:
@@ -73,6 +75,7 @@ class Statement:
         types = ", ".join(self.types[name] for name in order)
         return f"PREPARE {self.name} ({types}) AS {body}"
 
+    @functools.cached_property
     def execute_sql(self) -> str:
         return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.order))})"
 
@@ -109,7 +112,7 @@ def execute(conn: Connection, statement: Statement, values: Mapping[str, Any]) -
             conn.exec_driver_sql(statement.prepare_sql())
             prepared[statement.name] = time.monotonic()
         try:
-            return conn.exec_driver_sql(statement.execute_sql(), params)
+            return conn.exec_driver_sql(statement.execute_sql, params)
         except DBAPIError as exc:
             if last_try or getattr(exc.orig, "pgcode", None) != _MISSING:
                 raise

@@ -131,7 +131,7 @@ def test_parameters_keep_their_order_of_first_use() -> None:
     assert statement.prepare_sql() == (
         "PREPARE probe_order (text, int) AS SELECT $1, $2, CAST($1 AS text) || '::x', 'a:b', x::int"
     )
-    assert statement.execute_sql() == "EXECUTE probe_order (%s, %s)"
+    assert statement.execute_sql == "EXECUTE probe_order (%s, %s)"
     with pytest.raises(ValueError, match=r"no type for parameter\(s\) \['c'\]"):
         prepared.Statement("probe_types", "SELECT :c", {})
     with pytest.raises(ValueError, match="use"):
