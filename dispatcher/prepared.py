@@ -4,8 +4,9 @@ Why: at a low rate the claim is planning, not work. At 1,000 effects/s (one
 dispatcher process, ~5 effects per claim) pg_stat_statements measured 1.31 ms
 planning and 0.51 ms executing per claim; with two processes the claims alone
 took 65 % of one core. A prepared statement plans once; PostgreSQL then runs its
-generic plan (``plan_cache_mode = auto`` keeps custom plans when the generic one
-is estimated dearer, so nothing here can force a worse plan).
+generic plan when it estimates it no dearer than the custom ones
+(``plan_cache_mode = auto``). Estimates, not costs: the second trap below was a
+generic plan PostgreSQL chose.
 
 Two traps, both measured (bench/RESULTS.md, "a claim planned once"):
 

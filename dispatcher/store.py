@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from dispatcher import health, operations, sqltext
+from dispatcher import health, operations
 from dispatcher import prepared as _prepared
 from dispatcher.sqlfile import queries_beside
 
@@ -131,7 +131,7 @@ def claim(
 def _claim_statement(limit: int) -> _prepared.Statement:
     if limit < 1:
         raise ValueError(f"claim limit {limit}: at least 1")
-    sql = sqltext.beside(__file__, "store.sql")["claim"].replace(":limit", str(int(limit)))
+    sql = _Q["claim"].text.replace(":limit", str(int(limit)))
     types = {"worker_id": "text", "lease_s": "float8"}
     return _prepared.Statement(f"outbox_claim_{int(limit)}", sql, types)
 
