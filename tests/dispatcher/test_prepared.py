@@ -57,7 +57,14 @@ def _statements(conn: sa.Connection) -> dict[str, tuple[int, int]]:
     return {name: (generic, custom) for name, generic, custom in rows}
 
 
-def test_the_claim_is_prepared_once_and_runs_its_generic_plan(one_connection: Engine) -> None:
+def test_the_claim_is_prepared_once_and_runs_its_generic_plan(
+    one_connection: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plan's 1-s life must not end mid-test on a slow machine (its own test below).
+    real = store._claim_statement
+    monkeypatch.setattr(
+        store, "_claim_statement", lambda n: dataclasses.replace(real(n), max_age_s=3600.0)
+    )
     insert_endpoint(one_connection, "hook")
     _due(one_connection, 40)
     for _ in range(8):
@@ -119,6 +126,15 @@ def test_an_old_plan_is_prepared_afresh(one_connection: Engine) -> None:
         time.sleep(0.1)
         assert prepared.execute(conn, statement, {"x": 3}).scalar_one() == 4
         assert prepared_at(conn) != first
+
+
+def test_a_connection_holds_a_bounded_number_of_statements(one_connection: Engine) -> None:
+    with one_connection.connect() as conn:
+        for i in range(prepared._MAX_PER_CONNECTION + 3):
+            statement = prepared.Statement(f"probe_cap_{i}", f"SELECT {i} + :x", {"x": "int"})
+            assert prepared.execute(conn, statement, {"x": 1}).scalar_one() == i + 1
+            assert len(_statements(conn)) <= prepared._MAX_PER_CONNECTION
+        assert "probe_cap_34" in _statements(conn)
 
 
 def test_parameters_keep_their_order_of_first_use() -> None:
