@@ -46,6 +46,11 @@ _BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
 _MISSING = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
 _INFO_KEY = "outbox_prepared_at"
 _MAX_PER_CONNECTION = 32
+# A claim's prepared sizes come in eighths of a batch (``size_of``), and a claim
+# that returned less than an eighth is "short" (``is_short``): one fraction, so a
+# worker that turns to prepared claims after a short one never asks for a size
+# between the steps.
+EIGHTHS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +86,12 @@ class Statement:
         return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.order))})"
 
 
+def is_short(claimed: int, ceiling: int) -> bool:
+    """Did a claim that returned ``claimed`` rows (``ceiling``: the batch size) find
+    little due? Less than an eighth of a batch; for a batch under 8, nothing."""
+    return claimed * EIGHTHS < ceiling
+
+
 def size_of(limit: int, ceiling: int) -> int:
     """The statement size for a claim of up to ``limit`` (``ceiling``: the batch size):
     ``limit`` rounded down to an eighth of the ceiling, or below that to a power of
@@ -89,7 +100,7 @@ def size_of(limit: int, ceiling: int) -> int:
     with two processes: claims of 128 where 190 had room)."""
     if limit >= ceiling:
         return ceiling
-    step = max(1, ceiling // 8)
+    step = max(1, ceiling // EIGHTHS)
     if limit >= step:
         return limit // step * step
     return 1 << (max(1, limit).bit_length() - 1)

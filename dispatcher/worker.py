@@ -152,7 +152,9 @@ class Worker:
             # statement prepared per connection. Under a backlog it is planned per
             # call as before: PostgreSQL chose custom plans there anyway, and the
             # prepared path measured ~8 % fewer deliveries/s (bench/RESULTS.md).
-            small = s.prepared_statements and self._last_claimed < s.claim_batch_size // 8
+            small = s.prepared_statements and prepared.is_short(
+                self._last_claimed, s.claim_batch_size
+            )
             if small and limit > 0:
                 limit = prepared.size_of(limit, s.claim_batch_size)
             if limit > 0:

@@ -161,7 +161,7 @@ def test_claim_sizes_are_few_and_never_above_the_room(room: int, batch: int) -> 
     wanted = min(room, batch)
     size = prepared.size_of(wanted, batch)
     assert 1 <= size <= wanted
-    step = max(1, batch // 8)
+    step = max(1, batch // prepared.EIGHTHS)
     if wanted >= step:  # an eighth of the batch at most is left unclaimed
         assert size % step == 0 or size == batch
         assert wanted - size < step
@@ -171,6 +171,13 @@ def test_claim_sizes_are_few_and_never_above_the_room(room: int, batch: int) -> 
     assert (
         len({prepared.size_of(n, batch) for n in range(1, batch + 1)}) <= 20
     )  # below the cap of 32 per connection
+
+
+def test_a_short_claim_is_under_an_eighth_of_the_batch_even_for_small_batches() -> None:
+    assert prepared.is_short(24, 200) and not prepared.is_short(25, 200)
+    # Batches under 8 (the rule was once ``claimed < batch // 8``, never true there):
+    assert prepared.is_short(0, 4) and not prepared.is_short(1, 4)
+    assert prepared.is_short(0, 1) and not prepared.is_short(1, 1)
 
 
 def test_the_setting_reads_the_environment() -> None:
@@ -205,6 +212,6 @@ def test_the_worker_prepares_claims_only_after_a_short_one(
     assert run_worker(settings, engine) == 0
     assert sorted(receiver.keys()) == sorted(effect_key("p", i) for i in range(50))
     for (_, _, before), (was_prepared, _, _) in itertools.pairwise(calls):
-        assert was_prepared == (enabled and before < 1)  # 8 // 8: a claim of 0 is short
+        assert was_prepared == (enabled and before < 1)  # of 8, a claim of 0 is short
     assert calls[0][0] == enabled  # nothing claimed before the first claim
     assert any(c[2] == 8 for c in calls) and any(not c[0] for c in calls)
