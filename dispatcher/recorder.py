@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -38,6 +39,7 @@ class Recorder:
         batch_size: int,
         give_up_s: float,
         recorded: Callable[[int], None],
+        prepared: bool = False,
     ) -> None:
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self._db = db
@@ -46,6 +48,7 @@ class Recorder:
         self._batch_size = batch_size
         self._give_up_s = give_up_s
         self._recorded = recorded  # told how many claimed effects are settled
+        self._prepared = prepared  # the record statement prepared per connection
         # Recorded outcomes by name (delivered, retry, dead, gone, stale, unrecorded).
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -73,7 +76,10 @@ class Recorder:
     async def _record(self, batch: list[store.Result]) -> None:
         try:
             fresh = await self._db.call(
-                store.record, self._worker_id, batch, give_up_after_s=self._give_up_s
+                functools.partial(store.record, prepared=self._prepared),
+                self._worker_id,
+                batch,
+                give_up_after_s=self._give_up_s,
             )
         except DatabaseUnavailable:
             raise  # outlasted the give-up time: the worker stops, leases expire

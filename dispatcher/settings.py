@@ -113,8 +113,9 @@ class Settings:
     # Measured best on a 2-core host (docs/dispatcher.md, "Throughput"): claims of ~100
     # rows (the worker claims again when half a batch of room is free).
     claim_batch_size: int = 200
-    # After a short claim the claim runs as a statement prepared once per connection
-    # (dispatcher/prepared.py); off behind a PgBouncer in transaction pooling mode.
+    # After a short claim the claim, and every record, runs as a statement prepared
+    # once per connection (dispatcher/prepared.py); off behind a PgBouncer in
+    # transaction pooling mode.
     prepared_statements: bool = True
     lease_s: float = 60.0
     poll_interval_s: float = 1.0

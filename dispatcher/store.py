@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 from dispatcher import health, operations
 from dispatcher import prepared as _prepared
@@ -137,10 +138,16 @@ def _claim_statement(limit: int) -> _prepared.Statement:
 
 
 def record(
-    engine: Engine, worker_id: str, results: Sequence[Result]
+    engine: Engine, worker_id: str, results: Sequence[Result], *, prepared: bool = False
 ) -> dict[tuple[int, str], bool]:
     """Record outcomes in one statement; returns (effect id, lease token) -> recorded
-    (False: the lease was lost, the attempt is logged as 'stale')."""
+    (False: the lease was lost, the attempt is logged as 'stale').
+
+    ``prepared``: the statement is prepared once per connection (its plan remade
+    every second, ``dispatcher.prepared``): planned per call it cost ~0.7 ms of
+    planning against ~0.5-1 ms executing at 1,000 effects/s, a record per few
+    effects. A statement the server lost (a pooler's ``DISCARD ALL``) aborts the
+    transaction: it is prepared again and the transaction run once more."""
     if not results:
         return {}
     for r in results:
@@ -161,13 +168,43 @@ def record(
         "attempts": [r.attempt for r in results],
     }
     # Its own transaction, durable at COMMIT whatever the session says (ENGINE_OPTIONS).
-    with engine.connect() as conn, conn.execution_options(isolation_level="READ COMMITTED").begin():
-        conn.execute(_Q["durable_commit"])
-        rows = conn.execute(_Q["record"], params).all()
+    for last_try in (False, True):
+        try:
+            with (
+                engine.connect() as conn,
+                conn.execution_options(isolation_level="READ COMMITTED").begin(),
+            ):
+                conn.execute(_Q["durable_commit"])
+                if prepared:
+                    rows = _prepared.execute(conn, _RECORD, params, retry_lost=False).all()
+                else:
+                    rows = conn.execute(_Q["record"], params).all()
+            break
+        except DBAPIError as exc:
+            if last_try or not (prepared and _prepared.lost(exc)):
+                raise
     ended = collections.Counter(str(row[3]) for row in rows if row[3] is not None)
     if ended:
         leases_ended(engine, ended)
     return {(int(row[0]), str(row[1])): bool(row[2]) for row in rows}
+
+
+# The record, prepared: every parameter is declared text (text[] for the arrays)
+# and cast by the statement itself (its CASTs), so whatever psycopg2 makes of a
+# list is accepted (a list of str is ARRAY['...'], text[], which a uuid[]
+# parameter would refuse; all None is '{NULL,NULL}').
+_RECORD = _prepared.Statement(
+    "outbox_record",
+    _Q["record"].text,
+    {"worker_id": "text"}
+    | {
+        name: "text[]"
+        for name in (
+            "ids", "tokens", "outcomes", "delays_s", "errors", "status_codes",
+            "error_classes", "excerpts", "started_at", "durations_ms", "attempts",
+        )
+    },
+)  # fmt: skip
 
 
 def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:

@@ -81,6 +81,7 @@ class Worker:
             batch_size=settings.claim_batch_size,
             give_up_s=max(120.0, settings.lease_s),
             recorded=self._settled,
+            prepared=settings.prepared_statements,
         )
         self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
 

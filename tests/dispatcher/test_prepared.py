@@ -1,14 +1,18 @@
-"""The claim as a statement prepared once per connection, on a real PostgreSQL.
+"""The claim and the record as statements prepared once per connection, on a real
+PostgreSQL.
 
 Why it exists (dispatcher/prepared.py): planning was ~70 % of a small claim's
 cost. The traps it avoids are asserted here: a LIMIT left as a parameter gives a
 generic plan that scans the whole outbox; a statement gone from the server (a
-``DISCARD ALL``) must be prepared again, not fail the claim.
+``DISCARD ALL``) must be prepared again, not fail the claim or the record; the
+prepared record (its parameters declared text and cast by the statement) must
+write exactly what the planned one writes, whatever the values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import itertools
 import time
 from collections.abc import Iterator
@@ -16,7 +20,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
@@ -109,6 +113,125 @@ def test_a_statement_gone_from_the_server_is_prepared_again(one_connection: Engi
     assert len(store.claim(one_connection, "w", 2, 30, prepared=True)) == 2
     with one_connection.connect() as conn:
         assert "outbox_claim_2" in _statements(conn)
+
+
+def _claimed(engine: Engine, prefix: str, n: int) -> list[store.Claimed]:
+    """``n`` new effects, claimed; earlier ones (retried, paused) left out of the way."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE effects SET next_attempt_at = 'infinity' WHERE state = 'pending';"
+            "UPDATE endpoints SET enabled = true;"
+            "UPDATE endpoint_budgets SET failures = 0, failing_since = NULL, resting_until = NULL"
+        )
+        for i in range(n):
+            enqueue(conn, idempotency_key=effect_key(prefix, i), endpoint="hook", payload={"i": i})
+    got = store.claim(engine, "w", 1000, 30)
+    assert len(got) == n
+    return sorted(got, key=lambda c: c.idempotency_key)
+
+
+def test_a_lost_record_statement_is_prepared_again_and_its_transaction_run_once_more(
+    one_connection: Engine,
+) -> None:
+    insert_endpoint(one_connection, "hook")
+    first, second = _claimed(one_connection, "lost", 2)
+    at = dt.datetime.now(dt.UTC)
+    ok = store.Result(first.id, first.lease_token, 1, "delivered", at, 1.0)
+    assert store.record(one_connection, "w", [ok], prepared=True) == {
+        (first.id, first.lease_token): True
+    }
+    with one_connection.connect() as conn:
+        assert "outbox_record" in _statements(conn)
+        conn.exec_driver_sql("DISCARD ALL")  # what a pooler's server reset does
+    ok2 = dataclasses.replace(ok, effect_id=second.id, lease_token=second.lease_token)
+    assert store.record(one_connection, "w", [ok2], prepared=True) == {
+        (second.id, second.lease_token): True
+    }
+    with one_connection.connect() as conn:
+        attempts = conn.exec_driver_sql(
+            "SELECT effect_id, count(*) FROM delivery_attempts GROUP BY 1 ORDER BY 1"
+        ).all()
+        keys = conn.exec_driver_sql("SELECT count(*) FROM key_ledger").scalar_one()
+    assert attempts == sorted([(first.id, 1), (second.id, 1)]) and keys == 2  # each once
+
+
+_TEXT = st.none() | st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+)
+_OUTCOME = st.fixed_dictionaries(
+    {
+        "outcome": st.sampled_from(["delivered", "retry", "dead", "gone", "uncertain"]),
+        "delay_s": st.sampled_from([0.0, 0.1, 1.5, 3600.0, 1e-7]),
+        "error": _TEXT,
+        "status_code": st.none() | st.integers(100, 599),
+        "error_class": _TEXT,
+        "response_excerpt": _TEXT,
+        "duration_ms": st.floats(0, 1e9, allow_nan=False),
+        "stale": st.booleans(),
+    }
+)
+_runs = itertools.count()
+
+
+@settings(
+    max_examples=25, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)  # fmt: skip
+@given(outcomes=st.lists(_OUTCOME, min_size=1, max_size=6))
+def test_the_prepared_record_writes_what_the_planned_one_writes(
+    one_connection: Engine, outcomes: list[dict[str, Any]]
+) -> None:
+    """The same outcomes, recorded for two sets of effects, one set prepared and one
+    planned: effects, attempts and ledger rows alike (rows in key order, as the
+    outcomes were dealt; times compared to the row's own updated_at: each
+    statement has its own now())."""
+    run = next(_runs)
+    if run == 0:
+        insert_endpoint(one_connection, "hook")
+    written = {}
+    for prepared_, name in ((True, "p"), (False, "u")):
+        claimed = _claimed(one_connection, f"{name}{run}", len(outcomes))
+        at = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+        results = [
+            store.Result(
+                effect_id=c.id,
+                lease_token="00000000-0000-4000-8000-000000000000" if o["stale"] else c.lease_token,
+                attempt=c.attempt,
+                started_at=at,
+                **{k: v for k, v in o.items() if k != "stale"},
+            )
+            for c, o in zip(claimed, outcomes, strict=True)
+        ]
+        fresh = store.record(one_connection, "w", results, prepared=prepared_)
+        ids = [c.id for c in claimed]
+        with one_connection.connect() as conn:
+            effects = conn.execute(
+                sa.text(
+                    "SELECT state, last_error, attempt_count, lease_token IS NULL,"
+                    " CASE WHEN state = 'pending' THEN next_attempt_at - updated_at END,"
+                    " delivered_at - updated_at"
+                    " FROM effects WHERE id = ANY(:ids) ORDER BY idempotency_key"
+                ),
+                {"ids": ids},
+            ).all()
+            attempts = conn.execute(
+                sa.text(
+                    "SELECT a.attempt, a.worker_id, a.started_at, a.duration_ms, a.outcome,"
+                    " a.status_code, a.error_class, a.error, a.response_excerpt"
+                    " FROM delivery_attempts a JOIN effects e ON e.id = a.effect_id"
+                    " WHERE a.effect_id = ANY(:ids) ORDER BY e.idempotency_key"
+                ),
+                {"ids": ids},
+            ).all()
+            ledger = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM key_ledger k JOIN effects e"
+                    " ON e.idempotency_key = k.idempotency_key WHERE e.id = ANY(:ids)"
+                ),
+                {"ids": ids},
+            ).scalar_one()
+        written[name] = (effects, attempts, ledger, sorted(fresh.values()))
+    assert written["p"] == written["u"]
 
 
 def test_an_old_plan_is_prepared_afresh(one_connection: Engine) -> None:
