@@ -156,7 +156,10 @@ def report(runs: Runs, n: int, rounds: int) -> None:
             statistics.median(getattr(s, side) or 0.0 for _, s in v) / n * 1e6
             for side in ("contender", "postgres", "receiver")
         ]
-        print(f"| {name:45} | {us[0]:9.0f} | {us[1]:8.0f} | {us[2]:8.0f} | {sum(us):6.0f} |")
+        # An outside database (DATABASE_URL set): its CPU cannot be read here.
+        known = all(s.postgres is not None for _, s in v)
+        pg, total = (f"{us[1]:.0f}", f"{sum(us):.0f}") if known else ("-", "-")
+        print(f"| {name:45} | {us[0]:9.0f} | {pg:>8} | {us[2]:8.0f} | {total:>6} |")
 
 
 def _valve_ratio(runs: Runs) -> None:

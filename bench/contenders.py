@@ -44,6 +44,17 @@ def _scalar(engine: Engine, sql: str) -> int:
         return int(conn.execute(sa.text(sql)).scalar_one())
 
 
+def _drained(engine: Engine, rows: str) -> bool:
+    """Whether no row of ``rows`` (a FROM ... WHERE ...) is left: the drain poll.
+
+    An EXISTS, not a count: polled every 20 ms, a count over the queue cost each
+    contender's PostgreSQL a few ms per poll (pgqueuer's ~41 us, the dispatcher's
+    ~29 us per job measured with pg_stat_statements), time taken from the contender.
+    """
+    with engine.connect() as conn:
+        return not conn.execute(sa.text(f"SELECT EXISTS (SELECT 1 {rows})")).scalar_one()
+
+
 def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -112,7 +123,7 @@ def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], flo
                 assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
             asyncio.run(enqueue_jobs(n))
             t0 = time.perf_counter()
-            _wait(lambda: _scalar(ctx.engine, "SELECT count(*) FROM pgqueuer") == 0, 600, "drain")
+            _wait(lambda: _drained(ctx.engine, "FROM pgqueuer"), 600, "drain")
             elapsed = time.perf_counter() - t0
         finally:
             _stop(procs)
@@ -141,6 +152,9 @@ def _dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes
     return proc
 
 
+_UNFINISHED = "FROM effects WHERE state IN ('pending', 'leased')"
+
+
 def _reset(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
@@ -161,8 +175,7 @@ def dispatcher(
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()
-            unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
-            _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 600, "drain")
+            _wait(lambda: _drained(ctx.engine, _UNFINISHED), 600, "drain")
             elapsed = time.perf_counter() - t0
         finally:
             _stop([proc])
@@ -202,8 +215,7 @@ def latency(
         for t in threads:
             t.join()
         achieved = len(committed) / (time.perf_counter() - start)
-        unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
-        _wait(lambda: _scalar(ctx.engine, unfinished) == 0, 120, "the last deliveries")
+        _wait(lambda: _drained(ctx.engine, _UNFINISHED), 120, "the last deliveries")
     finally:
         _stop([proc])
     with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
