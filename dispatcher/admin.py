@@ -127,6 +127,8 @@ def update_endpoint(
     old = {f: _plain(getattr(ep, f)) for f in UPDATABLE}
     new = old | {f: _checked(ep, f, v) for f, v in changes.items()}
     conn.execute(_Q["update_endpoint_policy"], new | {"name": name})
+    if old["ordered"] and not new["ordered"]:
+        conn.execute(_Q["unpark_unordered"], {"name": name})
     endpoints.reset_budget(conn, name)
     diff = {
         f: {"old": _audit_view(f, old[f]), "new": _audit_view(f, new[f])}

@@ -11,6 +11,15 @@ SET url = :url, timeout_s = :timeout_s, retry_schedule_s = :retry_schedule_s,
     deduplicates = :deduplicates, updated_at = now()
 WHERE name = :name;
 
+-- name: unpark_unordered
+-- An endpoint no longer ordered: its effects parked behind an earlier one of their
+-- key (store.sql, park_blocked) are due at once (not a held batch's: a release
+-- makes those due). One range of ix_effects_due.
+UPDATE effects e SET next_attempt_at = now()
+WHERE e.endpoint = :name AND e.state = 'pending' AND e.next_attempt_at = 'infinity'
+  AND e.ordering_key IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id AND b.hold_state = 'held');
+
 -- name: rotate_secret
 -- The current secret becomes the previous one, signing beside the new one until
 -- the overlap ends (no overlap: it is dropped at once).

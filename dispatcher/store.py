@@ -231,6 +231,18 @@ def settle_uncertain(engine: Engine) -> list[tuple[str, str]]:
         return [(str(r[0]), str(r[1])) for r in conn.execute(_Q["settle_uncertain"])]
 
 
+# How many due rows of each ordered endpoint one parking pass looks at (the front
+# of its range of ix_effects_due: what a claim walks first).
+PARK_WINDOW = 1000
+
+
+def park_blocked(engine: Engine, window: int = PARK_WINDOW) -> int:
+    """Park ordered endpoints' effects that wait behind an earlier one of their key
+    (store.sql, park_blocked); how many were parked."""
+    with engine.begin() as conn:
+        return int(conn.execute(_Q["park_blocked"], {"window": window}).rowcount)
+
+
 @dataclasses.dataclass(frozen=True)
 class Release:
     """A lease handed back unsent, due again after ``delay_s``."""

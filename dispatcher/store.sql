@@ -282,6 +282,48 @@ WITH expired AS (
 )
 SELECT idempotency_key, endpoint FROM settled;
 
+-- name: park_blocked
+-- An ordered endpoint's effects that wait behind an earlier unfinished effect of
+-- their key leave the claim's range of ix_effects_due: parked at 'infinity', as a
+-- held batch's are, until the earlier one finishes (the effects_unpark_* triggers
+-- wake each parked effect's successor, migration 1104). Only the front :window
+-- due rows of each ordered endpoint are looked at: the rows a claim walks first.
+-- Never waits: the blocked effect and the earlier one it waits for are locked
+-- SKIP LOCKED, the earlier one FOR SHARE, so it cannot finish (and find nothing
+-- to wake) before this parking commits; an earlier effect being recorded right
+-- now is skipped, and the effect stays due (a later pass parks it if need be).
+WITH front AS (
+    SELECT f.id
+    FROM endpoints o
+    CROSS JOIN LATERAL (
+        SELECT e.id FROM effects e
+        WHERE e.endpoint = o.name AND e.state IN ('pending', 'leased')
+          AND e.next_attempt_at <= now()
+        ORDER BY e.next_attempt_at
+        LIMIT :window
+    ) f
+    WHERE o.ordered
+), blocked AS (
+    SELECT e.id
+    FROM effects e JOIN front ON front.id = e.id
+    WHERE e.state = 'pending' AND e.ordering_key IS NOT NULL
+      AND e.next_attempt_at <= now()
+      AND EXISTS (
+          -- the nearest earlier one first: one step back in ix_effects_ordering
+          -- (kept as written: a locking EXISTS is not simplified)
+          SELECT 1 FROM effects p
+          WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
+            AND p.state IN ('pending', 'leased')
+            AND (p.created_at, p.id) < (e.created_at, e.id)
+          ORDER BY p.created_at DESC, p.id DESC
+          LIMIT 1
+          FOR SHARE OF p SKIP LOCKED)
+    FOR UPDATE OF e SKIP LOCKED
+)
+UPDATE effects e SET next_attempt_at = 'infinity'
+FROM blocked
+WHERE e.id = blocked.id;
+
 -- name: due_soon
 -- For --until-idle: is anything claimable due now, or within :within_s?
 SELECT EXISTS (

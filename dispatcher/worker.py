@@ -11,7 +11,7 @@ never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat, settle_uncertain, progress; retention and auto_disable when
+heartbeat, settle_uncertain, park, progress; retention and auto_disable when
 configured) are named and a crash of any stops the worker with a non-zero
 exit; signals are installed by the CLI, not here. Nothing a receiver or an
 effect's data does can crash a side task: every attempt ends as a recorded
@@ -42,6 +42,10 @@ from dispatcher.settings import Settings
 from dispatcher.wakeup import Listener
 
 log = logging.getLogger(__name__)
+
+# Parking passes in a row, at most, before the next poll interval (each looks at
+# store.PARK_WINDOW rows of each ordered endpoint).
+PARK_PASSES = 100
 
 
 def default_worker_id() -> str:
@@ -110,6 +114,7 @@ class Worker:
             "recorder": asyncio.create_task(self._recorder.run(), name="recorder"),
             "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
             "settle_uncertain": asyncio.create_task(self._settle(), name="settle_uncertain"),
+            "park": asyncio.create_task(self._park(), name="park"),
         }
         if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
@@ -234,6 +239,16 @@ class Worker:
         while True:
             await self._settle_once()
             await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _park(self) -> None:
+        """Every poll interval: ordered endpoints' effects waiting behind an earlier one
+        of their key leave the claim's range (store.park_blocked); pass after pass
+        while a pass parks some, at most PARK_PASSES in a row."""
+        while True:
+            for _ in range(PARK_PASSES):
+                if not await self._db.call(store.park_blocked):
+                    break
+            await asyncio.sleep(self.settings.poll_interval_s)
 
     async def _settle_once(self) -> None:
         for key, endpoint in await self._db.call(store.settle_uncertain) or []:

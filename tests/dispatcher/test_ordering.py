@@ -4,8 +4,11 @@ real PostgreSQL, a receiver that records the arrival order per ordering key."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import defaultdict
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -95,3 +98,163 @@ def test_the_claim_takes_only_the_head_of_each_key_and_unordered_endpoints_take_
     heads = sorted(json.loads(c.payload)["n"] for c in claimed if c.endpoint == "ordered")
     assert heads == [0] * KEYS
     assert len([c for c in claimed if c.endpoint == "plain"]) == KEYS * PER_KEY
+
+
+# --- Parking (migration 1104, store.park_blocked) ---------------------------------
+
+PARKED = "next_attempt_at = 'infinity'"
+
+
+def _parked(engine: Engine, endpoint: str) -> dict[str, list[int]]:
+    """The payload numbers of the parked effects, per ordering key."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT ordering_key, payload FROM effects WHERE endpoint = :e AND {PARKED}"
+                " ORDER BY ordering_key, id"
+            ),
+            {"e": endpoint},
+        ).all()
+    parked: dict[str, list[int]] = defaultdict(list)
+    for key, payload in rows:
+        parked[key].append(payload["n"])
+    return dict(parked)
+
+
+def _finish(engine: Engine, endpoint: str, key: str, n: int, how: str) -> None:
+    """Effect ``n`` of ``key`` stops blocking its successors, as ``how`` makes it."""
+    where = "endpoint = :e AND ordering_key = :k AND CAST(payload->>'n' AS int) = :n"
+    sql = {
+        "delivered": f"UPDATE effects SET state = 'delivered' WHERE {where}",
+        "dead": f"UPDATE effects SET state = 'dead' WHERE {where}",
+        "cancelled": f"UPDATE effects SET state = 'cancelled' WHERE {where}",
+        "uncertain": f"UPDATE effects SET state = 'uncertain' WHERE {where}",
+        "deleted": f"DELETE FROM effects WHERE {where}",
+    }[how]
+    with engine.begin() as conn:
+        assert conn.execute(sa.text(sql), {"e": endpoint, "k": key, "n": n}).rowcount == 1
+
+
+def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_them(
+    engine: Engine,
+) -> None:
+    from dispatcher import store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        add_webhook(conn, name="plain", url="http://127.0.0.1:9/p")
+    _enqueue_interleaved(engine, "ordered")
+    _enqueue_interleaved(engine, "plain", salt="plain")
+    # Every effect but each key's first; none of the unordered endpoint's.
+    assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
+    behind = list(range(1, PER_KEY))
+    assert _parked(engine, "ordered") == {f"customer-{k}": behind for k in range(KEYS)}
+    assert _parked(engine, "plain") == {}
+    assert store.park_blocked(engine) == 0  # nothing left to park
+    # The claim's walk of ix_effects_due: the heads only, the parked rows not at all.
+    with engine.connect() as conn:
+        plan = "\n".join(
+            conn.execute(
+                sa.text(
+                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT e.id"
+                    " FROM due_effects e WHERE e.endpoint = 'ordered'"
+                    " ORDER BY e.next_attempt_at LIMIT 100"
+                )
+            ).scalars()
+        )
+    assert f"rows={KEYS} loops=1" in plan.splitlines()[0], plan
+    walk = plan.split("ix_effects_due", 1)[1].split("SubPlan", 1)[0]  # the scan's own lines
+    assert "Rows Removed by Filter" not in walk, plan
+    claimed = store.claim(engine, "w", 100, 30)
+    assert [json.loads(c.payload)["n"] for c in claimed if c.endpoint == "ordered"] == [0] * KEYS
+
+
+@pytest.mark.parametrize("how", ["delivered", "dead", "cancelled", "uncertain", "deleted"])
+def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it(
+    engine: Engine, how: str
+) -> None:
+    from dispatcher import store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+    _enqueue_interleaved(engine, "ordered")
+    store.park_blocked(engine)
+    _finish(engine, "ordered", "customer-1", 0, how)
+    # Only the next one of that key is due again; the rest of the key, and every
+    # other key, stay parked.
+    parked = _parked(engine, "ordered")
+    assert parked["customer-1"] == list(range(2, PER_KEY))
+    assert all(parked[f"customer-{k}"] == list(range(1, PER_KEY)) for k in (0, 2, 3))
+    claimed = {
+        json.loads(c.payload)["n"]
+        for c in store.claim(engine, "w", 100, 30)
+        if json.loads(c.payload)["key"] == "customer-1"
+    }
+    assert claimed == {1}
+
+
+def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
+    engine: Engine,
+) -> None:
+    from dispatcher import admin, store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+    _enqueue_interleaved(engine, "ordered")
+    assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
+    with engine.begin() as conn:
+        admin.update_endpoint(
+            conn, "ordered", {"ordered": False}, actor="test", reason="order no longer needed"
+        )
+    assert _parked(engine, "ordered") == {}
+    assert len(store.claim(engine, "w", 100, 30)) == KEYS * PER_KEY
+
+
+def test_parking_beside_finishing_effects_never_strands_one(engine: Engine) -> None:
+    """Parking passes run in a loop while another connection claims each key's head and
+    finishes it: every effect is finished in its key's order, and none is left parked
+    with nothing earlier unfinished (the FOR SHARE on the earlier effect: without it a
+    head that finishes between the pass's snapshot and its commit strands the next)."""
+    from dispatcher import store
+
+    keys, per_key = 8, 25
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+                " ordering_key) SELECT lpad(to_hex(g), 64, '0'), 'ordered',"
+                " jsonb_build_object('key', 'k' || (g % :keys), 'n', g / :keys), 'x',"
+                " 'k' || (g % :keys) FROM generate_series(0, :total - 1) g"
+            ),
+            {"keys": keys, "total": keys * per_key},
+        )
+    stop = threading.Event()
+    passes = [0]
+
+    def park() -> None:
+        while not stop.is_set():
+            store.park_blocked(engine)
+            passes[0] += 1
+
+    parker = threading.Thread(target=park)
+    parker.start()
+    order: dict[str, list[int]] = defaultdict(list)
+    deadline = time.monotonic() + 20
+    try:
+        while sum(map(len, order.values())) < keys * per_key:
+            assert time.monotonic() < deadline, f"stranded: {_parked(engine, 'ordered')}"
+            claimed = store.claim(engine, "w", 4, 30)
+            for c in claimed:
+                payload = json.loads(c.payload)
+                order[payload["key"]].append(payload["n"])
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.text("UPDATE effects SET state = 'delivered' WHERE id = ANY(:ids)"),
+                    {"ids": [c.id for c in claimed]},
+                )
+    finally:
+        stop.set()
+        parker.join()
+    assert passes[0] > 10
+    assert order == {f"k{k}": list(range(per_key)) for k in range(keys)}

@@ -1,0 +1,80 @@
+"""Ordered endpoints: an effect waiting behind an earlier one of its key is parked.
+
+An ordered endpoint's effect with an earlier unfinished effect of the same
+ordering key is not due (``claimable_effects``). It still sat in the claim's
+range of ``ix_effects_due``, so every claim walked past every such effect, one
+ordering probe each: with 30,000 effects over 1,000 keys, a claim took ~30 ms
+and walked ~29,000 rows; the cost of a claim grew with the backlog.
+
+Now the dispatcher parks them (``next_attempt_at = 'infinity'``, as a held
+batch's effects are parked: out of the claim's index range, shown as no next
+attempt), and this trigger wakes an effect's successor the moment the effect
+stops blocking it: on every change out of 'pending'/'leased' and on a delete,
+whichever code path makes it, and wakes the dispatchers (a successor was due
+only at their next poll, up to 1 s later, before). The view stays the one definition of "due";
+parking only keeps the claim from walking what the view would refuse.
+
+Revision ID: 1104
+Revises: 1421
+Create Date: 2026-11-24 01:00:00
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "1104"
+down_revision = "1421"
+branch_labels = None
+depends_on = None
+
+# The successor is the next unfinished effect of the same endpoint and key, in
+# (created_at, id) order (ix_effects_ordering): woken only if parked, and not if
+# its batch is held (a release makes held effects due; docs/operations.md).
+UNPARK = """
+CREATE FUNCTION effect_unpark_successor() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE effects s SET next_attempt_at = now()
+    WHERE s.id = (SELECT n.id FROM effects n
+                  WHERE n.endpoint = OLD.endpoint AND n.ordering_key = OLD.ordering_key
+                    AND n.state IN ('pending', 'leased')
+                    AND (n.created_at, n.id) > (OLD.created_at, OLD.id)
+                  ORDER BY n.created_at, n.id
+                  LIMIT 1)
+      AND s.state = 'pending' AND s.next_attempt_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM batches b
+                      WHERE b.run_id = s.run_id AND b.hold_state = 'held');
+    IF FOUND THEN
+        -- The dispatchers claim it at COMMIT, not at their next poll
+        -- (dispatcher.wakeup.CHANNEL; one notification per transaction and text).
+        PERFORM pg_notify('outbox_effects', 'ordered');
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER effects_unpark_on_finish AFTER UPDATE OF state ON effects
+FOR EACH ROW
+WHEN (OLD.ordering_key IS NOT NULL AND OLD.state IN ('pending', 'leased')
+      AND NEW.state NOT IN ('pending', 'leased'))
+EXECUTE FUNCTION effect_unpark_successor();
+CREATE TRIGGER effects_unpark_on_delete AFTER DELETE ON effects
+FOR EACH ROW
+WHEN (OLD.ordering_key IS NOT NULL AND OLD.state IN ('pending', 'leased'))
+EXECUTE FUNCTION effect_unpark_successor();
+"""
+
+
+def upgrade() -> None:
+    op.execute(UNPARK)
+
+
+def downgrade() -> None:
+    op.execute("DROP TRIGGER effects_unpark_on_delete ON effects")
+    op.execute("DROP TRIGGER effects_unpark_on_finish ON effects")
+    op.execute("DROP FUNCTION effect_unpark_successor()")
+    # Parked effects due again: the old schema's claim walks them (and skips them).
+    op.execute(
+        "UPDATE effects SET next_attempt_at = now()"
+        " WHERE state = 'pending' AND next_attempt_at = 'infinity' AND ordering_key IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM batches b"
+        " WHERE b.run_id = effects.run_id AND b.hold_state = 'held')"
+    )
