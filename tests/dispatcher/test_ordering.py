@@ -135,6 +135,19 @@ def _finish(engine: Engine, endpoint: str, key: str, n: int, how: str) -> None:
         assert conn.execute(sa.text(sql), {"e": endpoint, "k": key, "n": n}).rowcount == 1
 
 
+def _claim_walk_plan(engine: Engine, options: str) -> str:
+    """EXPLAIN (options) of the claim's walk of the ordered endpoint's due effects."""
+    with engine.connect() as conn:
+        return "\n".join(
+            conn.execute(
+                sa.text(
+                    f"EXPLAIN ({options}) SELECT e.id FROM due_effects e"
+                    " WHERE e.endpoint = 'ordered' ORDER BY e.next_attempt_at LIMIT 100"
+                )
+            ).scalars()
+        )
+
+
 def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_them(
     engine: Engine,
 ) -> None:
@@ -152,16 +165,7 @@ def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_t
     assert _parked(engine, "plain") == {}
     assert store.park_blocked(engine) == 0  # nothing left to park
     # The claim's walk of ix_effects_due: the heads only, the parked rows not at all.
-    with engine.connect() as conn:
-        plan = "\n".join(
-            conn.execute(
-                sa.text(
-                    "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT e.id"
-                    " FROM due_effects e WHERE e.endpoint = 'ordered'"
-                    " ORDER BY e.next_attempt_at LIMIT 100"
-                )
-            ).scalars()
-        )
+    plan = _claim_walk_plan(engine, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF")
     assert f"rows={KEYS} loops=1" in plan.splitlines()[0], plan
     walk = plan.split("ix_effects_due", 1)[1].split("SubPlan", 1)[0]  # the scan's own lines
     assert "Rows Removed by Filter" not in walk, plan
@@ -258,3 +262,34 @@ def test_parking_beside_finishing_effects_never_strands_one(engine: Engine) -> N
         parker.join()
     assert passes[0] > 10
     assert order == {f"k{k}": list(range(per_key)) for k in range(keys)}
+
+
+def test_the_ordering_probe_stays_on_its_index_when_statistics_say_the_queue_is_empty(
+    engine: Engine, db_url: str
+) -> None:
+    """Statistics taken while everything was delivered, then a burst: the probe for
+    an earlier unfinished effect must still be one step in ix_effects_ordering, not
+    a walk of the endpoint's range of ix_effects_due (8.2 s for one claim behind
+    29,000 waiting effects before migration 1104)."""
+    from dispatcher import db, store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+    insert = sa.text(
+        "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, ordering_key)"
+        " SELECT lpad(to_hex(g + :base), 64, '0'), 'ordered', '{}', 'x', 'k' || (g % 1000)"
+        " FROM generate_series(1, 30000) g"
+    )
+    with engine.begin() as conn:
+        conn.execute(insert, {"base": 0})
+        conn.execute(sa.text("UPDATE effects SET state = 'delivered'"))
+    with engine.begin() as conn:
+        conn.execute(sa.text("ANALYZE effects"))
+        conn.execute(insert, {"base": 100_000})
+    dispatcher_engine = db.create_engine(db_url, **store.ENGINE_OPTIONS)
+    try:
+        plan = _claim_walk_plan(dispatcher_engine, "COSTS OFF")
+    finally:
+        dispatcher_engine.dispose()
+    assert "ix_effects_ordering on effects p" in plan, plan  # the probe's table alias
+    assert "ix_effects_due on effects p" not in plan, plan
