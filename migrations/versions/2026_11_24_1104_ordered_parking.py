@@ -10,8 +10,9 @@ Now the dispatcher parks them (``next_attempt_at = 'infinity'``, as a held
 batch's effects are parked: out of the claim's index range, shown as no next
 attempt), and this trigger wakes an effect's successor the moment the effect
 stops blocking it: on every change out of 'pending'/'leased' and on a delete,
-whichever code path makes it, and wakes the dispatchers (a successor was due
-only at their next poll, up to 1 s later, before). The view stays the one definition of "due";
+whichever code path makes it, and wakes the dispatchers whenever the effect had
+a successor, parked or not (a successor was claimed only at their next poll, up
+to 1 s later, before). The view stays the one definition of "due";
 parking only keeps the claim from walking what the view would refuse.
 
 The view's ordering probe becomes "the nearest earlier unfinished effect of the
@@ -41,22 +42,26 @@ depends_on = None
 # its batch is held (a release makes held effects due; docs/operations.md).
 UNPARK = """
 CREATE FUNCTION effect_unpark_successor() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    successor bigint;
 BEGIN
+    SELECT n.id INTO successor FROM effects n
+    WHERE n.endpoint = OLD.endpoint AND n.ordering_key = OLD.ordering_key
+      AND n.state IN ('pending', 'leased')
+      AND (n.created_at, n.id) > (OLD.created_at, OLD.id)
+    ORDER BY n.created_at, n.id
+    LIMIT 1;
+    IF successor IS NULL THEN
+        RETURN NULL;
+    END IF;
     UPDATE effects s SET next_attempt_at = now()
-    WHERE s.id = (SELECT n.id FROM effects n
-                  WHERE n.endpoint = OLD.endpoint AND n.ordering_key = OLD.ordering_key
-                    AND n.state IN ('pending', 'leased')
-                    AND (n.created_at, n.id) > (OLD.created_at, OLD.id)
-                  ORDER BY n.created_at, n.id
-                  LIMIT 1)
-      AND s.state = 'pending' AND s.next_attempt_at = 'infinity'
+    WHERE s.id = successor AND s.state = 'pending' AND s.next_attempt_at = 'infinity'
       AND NOT EXISTS (SELECT 1 FROM batches b
                       WHERE b.run_id = s.run_id AND b.hold_state = 'held');
-    IF FOUND THEN
-        -- The dispatchers claim it at COMMIT, not at their next poll
-        -- (dispatcher.wakeup.CHANNEL; one notification per transaction and text).
-        PERFORM pg_notify('outbox_effects', 'ordered');
-    END IF;
+    -- Parked or not, the successor may be due now: the dispatchers claim it at
+    -- COMMIT, not at their next poll (dispatcher.wakeup.CHANNEL; one notification
+    -- per transaction and text).
+    PERFORM pg_notify('outbox_effects', 'ordered');
     RETURN NULL;
 END $$;
 CREATE TRIGGER effects_unpark_on_finish AFTER UPDATE OF state ON effects

@@ -3,6 +3,8 @@ real PostgreSQL, a receiver that records the arrival order per ordering key."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -293,3 +295,44 @@ def test_the_ordering_probe_stays_on_its_index_when_statistics_say_the_queue_is_
         dispatcher_engine.dispose()
     assert "ix_effects_ordering on effects p" in plan, plan  # the probe's table alias
     assert "ix_effects_due on effects p" not in plan, plan
+
+
+def test_a_finished_effect_wakes_the_dispatchers_for_the_next_of_its_key(
+    engine: Engine, fast: Settings, receiver: Receiver
+) -> None:
+    """A long-running worker polling every 5 s: each effect of one key goes out as
+    soon as the one before it is recorded (the trigger's NOTIFY), not at the next
+    poll (5 effects: 15 s without the notification, checked)."""
+    from dispatcher.worker import Worker
+
+    settings = dataclasses.replace(fast, poll_interval_s=5.0)
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url=receiver.url("/ordered"), ordered=True)
+    for n in range(5):
+        with engine.begin() as conn:
+            enqueue(
+                conn,
+                idempotency_key=effect_key("wake", n),
+                endpoint="ordered",
+                payload={"key": "customer-0", "n": n},
+                ordering_key="customer-0",
+            )
+    delivered = sa.text("SELECT count(*) FROM effects WHERE state = 'delivered'")
+
+    async def main() -> float:
+        worker = Worker(settings, engine, database_url=settings.database_url)
+        running = asyncio.create_task(worker.run())
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 30:
+                with engine.connect() as conn:
+                    if conn.execute(delivered).scalar_one() == 5:
+                        return time.monotonic() - started
+                await asyncio.sleep(0.05)
+            raise AssertionError("not delivered within 30 s")
+        finally:
+            worker.stop()
+            assert await running == 0
+
+    assert asyncio.run(main()) < 4.0
+    assert _arrivals(receiver, "/ordered") == {"customer-0": [0, 1, 2, 3, 4]}
