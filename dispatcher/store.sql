@@ -292,6 +292,8 @@ SELECT idempotency_key, endpoint FROM settled;
 -- SKIP LOCKED, the earlier one FOR SHARE, so it cannot finish (and find nothing
 -- to wake) before this parking commits; an earlier effect being recorded right
 -- now is skipped, and the effect stays due (a later pass parks it if need be).
+-- Nothing is parked on a schema without the waking trigger (a dispatcher newer
+-- than the database's migrations): a parked effect would wait there for ever.
 WITH front AS (
     SELECT f.id
     FROM endpoints o
@@ -303,6 +305,9 @@ WITH front AS (
         LIMIT :window
     ) f
     WHERE o.ordered
+      AND EXISTS (SELECT 1 FROM pg_trigger t
+                  WHERE t.tgrelid = 'effects'::regclass
+                    AND t.tgname = 'effects_unpark_on_finish')
 ), blocked AS (
     SELECT e.id
     FROM effects e JOIN front ON front.id = e.id

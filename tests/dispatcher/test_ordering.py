@@ -336,3 +336,16 @@ def test_a_finished_effect_wakes_the_dispatchers_for_the_next_of_its_key(
 
     assert asyncio.run(main()) < 4.0
     assert _arrivals(receiver, "/ordered") == {"customer-0": [0, 1, 2, 3, 4]}
+
+
+def test_nothing_is_parked_on_a_schema_without_the_waking_trigger(engine: Engine) -> None:
+    """A dispatcher newer than the database's migrations parks nothing: with no
+    trigger to wake them, parked effects would wait for ever."""
+    from dispatcher import store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        conn.execute(sa.text("DROP TRIGGER effects_unpark_on_finish ON effects"))
+    _enqueue_interleaved(engine, "ordered")
+    assert store.park_blocked(engine) == 0
+    assert _parked(engine, "ordered") == {}
