@@ -9,7 +9,7 @@ the answer; everything else is a few lines here.
 What it does (docs/dispatcher.md, "Webhook client"):
 - a keep-alive pool per (scheme, host, port), at most ``pool_size`` idle
   connections in all; a connection is reused only after a complete answer that
-  allows it;
+  allows it, and only within ``IDLE_REUSE_S`` of it;
 - TLS through one ``ssl`` context (certificates and host names verified);
 - the SSRF guard judges every address before the socket connects to it;
 - one total deadline per send (connect, write, answer);
@@ -42,6 +42,13 @@ from dispatcher.outside import EXCERPT_BYTES
 # most servers' limits are about 8 KiB per line.
 MAX_HEAD_BYTES = 16384
 DNS_TTL_S = 60.0
+# A pooled connection idle longer than this is closed, not reused. Receivers close
+# idle connections after their own timeout (gunicorn 2 s, uvicorn and Node 5 s,
+# nginx 75 s); a request sent as that close is on its way dies with no answer,
+# handed over (uncertain where the endpoint cannot deduplicate). Measured here: a
+# server closing after 50 ms idle, connections reused 50 +- 2 ms later: 117 of 400
+# sends failed so. Below the shortest common timeout, so the race is not run.
+IDLE_REUSE_S = 1.5
 
 
 class Failure(Exception):
@@ -112,6 +119,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.idle_since = 0.0  # time.monotonic() when it went back to the pool
         self._parser = httptools.HttpResponseParser(self)
         self._answer: Answer | None = None
         self._done: asyncio.Future[Answer] | None = None
@@ -306,9 +314,14 @@ class Client:
     """Sends POSTs; safe to use from many tasks at once."""
 
     def __init__(
-        self, pool_size: int, allow: Sequence[ssrf.Network], ssl_context: ssl.SSLContext | None
+        self,
+        pool_size: int,
+        allow: Sequence[ssrf.Network],
+        ssl_context: ssl.SSLContext | None,
+        idle_reuse_s: float = IDLE_REUSE_S,
     ) -> None:
         self._pool_size = pool_size
+        self._idle_reuse_s = idle_reuse_s
         self._allow = allow
         self._ssl = ssl_context
         self._idle: dict[tuple[bool, str, int], list[_Conn]] = {}
@@ -359,17 +372,23 @@ class Client:
 
     def _checkout(self, key: tuple[bool, str, int]) -> _Conn | None:
         conns = self._idle.get(key)
+        oldest = time.monotonic() - self._idle_reuse_s
         while conns:
             conn = conns.pop()
             self._idle_count -= 1
-            if not conn.closed:
-                return conn
+            if conn.closed:
+                continue
+            if conn.idle_since < oldest:
+                conn.close()  # the receiver may be closing it right now (IDLE_REUSE_S)
+                continue
+            return conn
         return None
 
     def _checkin(self, key: tuple[bool, str, int], conn: _Conn) -> None:
         if self._idle_count >= self._pool_size:
             conn.close()
             return
+        conn.idle_since = time.monotonic()
         self._idle.setdefault(key, []).append(conn)
         self._idle_count += 1
 

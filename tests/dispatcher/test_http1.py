@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ipaddress
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -190,6 +191,59 @@ def test_a_connection_closed_before_any_answer_was_handed_over() -> None:
             # A status line came back: the receiver answered, it is not "uncertain".
             assert (cut.value.kind, cut.value.handed_over) == ("Disconnected", False)
             await client.close()
+
+    run(main())
+
+
+def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None:
+    """The keep-alive race, made certain: this receiver drops, unanswered, any request
+    that arrives on a connection idle 50 ms or more (as one whose idle timeout fires as
+    the request comes in). A client that reuses it loses the send, handed over (an
+    uncertain outcome where the endpoint cannot deduplicate); under its idle limit
+    (IDLE_REUSE_S, 1.5 s by default) the client opens a fresh connection instead."""
+    dropped: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered_at: float | None = None
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = [
+                    int(v.split(b":")[1])
+                    for v in head.split(b"\r\n")
+                    if v.lower().startswith(b"content-length:")
+                ]
+                await reader.readexactly(length[0] if length else 0)
+                if answered_at is not None and time.monotonic() - answered_at >= 0.05:
+                    dropped.append(1)
+                    break
+                writer.write(OK)
+                await writer.drain()
+                answered_at = time.monotonic()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        listener = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/hook"
+        try:
+            for limit_s in (0.03, 10.0):
+                client = Client(4, LOOPBACK, None, idle_reuse_s=limit_s)
+                target = client.target(url)
+                assert (await client.post(target, [], b"{}", 2.0)).status == 200
+                await asyncio.sleep(0.08)
+                if limit_s < 0.05:
+                    assert (await client.post(target, [], b"{}", 2.0)).status == 200
+                else:
+                    with pytest.raises(Failure) as lost:
+                        await client.post(target, [], b"{}", 2.0)
+                    assert (lost.value.kind, lost.value.handed_over) == ("Disconnected", True)
+                await client.close()
+        finally:
+            listener.close()
+        assert len(dropped) == 1  # only the client that reused the idle connection
 
     run(main())
 
