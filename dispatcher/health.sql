@@ -11,20 +11,16 @@ GROUP BY state;
 -- name: queue_stats
 -- The queue: effects due now (via ix_effects_due) and how long the oldest of them
 -- has been due. The same two figures in the worker's metrics, the API's metrics
--- and /v1/status. The due_effects view without its ordering probe: an ordered
--- endpoint's effects that wait behind an earlier one of their key are parked
--- within a second (store.sql, park_blocked) and count here until then. With the
--- probe, a count while 29,000 waited unparked took 5-7 s, and the snapshot it held
--- kept PostgreSQL from discarding the dead index entries every claim then walked
--- (bench/RESULTS.md, "parking").
+-- and /v1/status. Ready, not claimable (migration 1104): an ordered endpoint's
+-- effects that wait behind an earlier one of their key are parked within a second
+-- (store.sql, park_blocked) and count here until then. With the ordering probe, a
+-- count while 29,000 waited unparked took 5-7 s, and the snapshot it held kept
+-- PostgreSQL from discarding the dead index entries every claim then walked
+-- (bench/RESULTS.md, "ordered endpoints parked").
 SELECT count(*) AS depth,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(e.next_attempt_at)), 0) AS oldest_due_age_s
-FROM visible_effects e
-WHERE e.state IN ('pending', 'leased') AND e.next_attempt_at <= now()
-  AND e.send_started_at IS NULL
-  AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
-  AND (e.run_id IS NULL
-       OR e.run_id NOT IN (SELECT b.run_id FROM batches b WHERE b.hold_state = 'held'));
+       COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at)), 0) AS oldest_due_age_s
+FROM ready_effects
+WHERE next_attempt_at <= now();
 
 -- name: recent_deliveries
 -- Throughput from the attempt log (ix_delivery_attempts_started_at).

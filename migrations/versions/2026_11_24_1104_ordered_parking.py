@@ -23,6 +23,10 @@ empty let the planner probe through ix_effects_due instead, every unfinished
 effect of the endpoint per probe: a claim behind 29,000 waiting effects took
 8.2 s (EXPLAIN ANALYZE), 1.1-1.6 s in a bench drain (auto_explain).
 
+claimable_effects is split in two: ``ready_effects`` (everything but per-key
+ordering), and claimable_effects on it with the ordering probe. The queue depth
+counts ready effects due now, without the probe.
+
 Revision ID: 1104
 Revises: 1421
 Create Date: 2026-11-24 01:00:00
@@ -99,31 +103,51 @@ WHERE e.state IN ('pending', 'leased')
   AND e.send_started_at IS NULL
 """
 
-OLD_PROBE = """       OR NOT EXISTS (
-            SELECT 1 FROM effects p
-            WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
-              AND p.state IN ('pending', 'leased')
-              AND (p.created_at, p.id) < (e.created_at, e.id)))"""
+# What claimable_effects is without per-key ordering: visible, unfinished, its
+# endpoint not paused, its batch not held, no send started. The queue depth reads
+# it (dispatcher/health.sql): an effect waiting behind its key counts there until
+# it is parked, and no count walks the ordering probe.
+READY_EFFECTS = """
+CREATE VIEW ready_effects AS
+SELECT e.*
+FROM visible_effects e
+WHERE e.state IN ('pending', 'leased')
+  -- NOT IN (a hashed filter) rather than a join: a scan in index order stays in
+  -- order and stops at LIMIT.
+  AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
+  -- Held batches (the volume guard) wait for an operator; the same hashed filter,
+  -- read from the partial index of held markers.
+  AND (e.run_id IS NULL
+       OR e.run_id NOT IN (SELECT b.run_id FROM batches b WHERE b.hold_state = 'held'))
+  AND e.send_started_at IS NULL
+"""
 
-# One step back in ix_effects_ordering from the effect's own entry.
-NEW_PROBE = """       OR (SELECT 1 FROM effects p
-           WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
-             AND p.state IN ('pending', 'leased')
-             AND (p.created_at, p.id) < (e.created_at, e.id)
-           ORDER BY p.created_at DESC, p.id DESC
-           LIMIT 1) IS NULL)"""
-
-CLAIMABLE_EFFECTS = CLAIMABLE_EFFECTS_1311.replace(OLD_PROBE, NEW_PROBE)
-assert CLAIMABLE_EFFECTS != CLAIMABLE_EFFECTS_1311
+# The ordering probe as one step back in ix_effects_ordering from the effect's own
+# entry (the nearest earlier unfinished effect of its key).
+CLAIMABLE_EFFECTS = """
+CREATE OR REPLACE VIEW claimable_effects AS
+SELECT e.*
+FROM ready_effects e
+WHERE e.ordering_key IS NULL
+   OR e.endpoint NOT IN (SELECT o.name FROM endpoints o WHERE o.ordered)
+   OR (SELECT 1 FROM effects p
+       WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
+         AND p.state IN ('pending', 'leased')
+         AND (p.created_at, p.id) < (e.created_at, e.id)
+       ORDER BY p.created_at DESC, p.id DESC
+       LIMIT 1) IS NULL
+"""
 
 
 def upgrade() -> None:
     op.execute(UNPARK)
+    op.execute(READY_EFFECTS)
     op.execute(CLAIMABLE_EFFECTS)
 
 
 def downgrade() -> None:
     op.execute(CLAIMABLE_EFFECTS_1311)
+    op.execute("DROP VIEW ready_effects")
     op.execute("DROP TRIGGER effects_unpark_on_delete ON effects")
     op.execute("DROP TRIGGER effects_unpark_on_finish ON effects")
     op.execute("DROP FUNCTION effect_unpark_successor()")
