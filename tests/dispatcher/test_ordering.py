@@ -38,6 +38,19 @@ def _enqueue_interleaved(engine: Engine, endpoint: str, salt: str = "ordered") -
                 )
 
 
+def _ordered_and_plain(engine: Engine, plain: bool = True) -> None:
+    """An ordered endpoint ``ordered`` (and, with ``plain``, an unordered ``plain``)
+    on an address nobody answers, each with KEYS x PER_KEY effects, interleaved (the
+    same ordering keys on both)."""
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        if plain:
+            add_webhook(conn, name="plain", url="http://127.0.0.1:9/p")
+    _enqueue_interleaved(engine, "ordered")
+    if plain:
+        _enqueue_interleaved(engine, "plain", salt="plain")
+
+
 def _arrivals(receiver: Receiver, path: str) -> dict[str, list[int]]:
     """The payload numbers per ordering key, in the order of their last arrival (the
     one that was answered 2xx: every request after a success is a 200 here)."""
@@ -91,11 +104,7 @@ def test_the_claim_takes_only_the_head_of_each_key_and_unordered_endpoints_take_
 ) -> None:
     from dispatcher import store
 
-    with engine.begin() as conn:
-        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
-        add_webhook(conn, name="plain", url="http://127.0.0.1:9/p")
-    _enqueue_interleaved(engine, "ordered")
-    _enqueue_interleaved(engine, "plain", salt="plain")  # the same ordering keys, ignored here
+    _ordered_and_plain(engine)
     claimed = store.claim(engine, "w", 100, 30)
     heads = sorted(json.loads(c.payload)["n"] for c in claimed if c.endpoint == "ordered")
     assert heads == [0] * KEYS
@@ -155,11 +164,7 @@ def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_t
 ) -> None:
     from dispatcher import store
 
-    with engine.begin() as conn:
-        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
-        add_webhook(conn, name="plain", url="http://127.0.0.1:9/p")
-    _enqueue_interleaved(engine, "ordered")
-    _enqueue_interleaved(engine, "plain", salt="plain")
+    _ordered_and_plain(engine)
     # Every effect but each key's first; none of the unordered endpoint's.
     assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
     behind = list(range(1, PER_KEY))
@@ -181,9 +186,7 @@ def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it
 ) -> None:
     from dispatcher import store
 
-    with engine.begin() as conn:
-        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
-    _enqueue_interleaved(engine, "ordered")
+    _ordered_and_plain(engine, plain=False)
     store.park_blocked(engine)
     _finish(engine, "ordered", "customer-1", 0, how)
     # Only the next one of that key is due again; the rest of the key, and every
@@ -204,9 +207,7 @@ def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
 ) -> None:
     from dispatcher import admin, store
 
-    with engine.begin() as conn:
-        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
-    _enqueue_interleaved(engine, "ordered")
+    _ordered_and_plain(engine, plain=False)
     assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
     with engine.begin() as conn:
         admin.update_endpoint(
