@@ -115,11 +115,12 @@ def test_a_masked_value_never_survives_in_outside_text(value: str, before: str, 
     for text in (before + value + after, before + value.upper() + after):
         masked = masking.mask_text(text, paths, values)
         assert masked is not None and value.lower() not in masked.lower(), text
-    # Clipped in the middle of the value: its start is masked from 4 characters on
-    # (masking._SHORT); a shorter start may stay, e.g. "0" of "00000" after "00".
+    # Clipped in the middle of the value: its start is masked from masking._SHORT
+    # (4) characters on; a shorter start may stay, e.g. "0" of "00000" after "00".
     clipped = masking.mask_text(before + value[:-1], paths, values)
     assert clipped is not None and value.lower() not in clipped.lower(), clipped
-    kept = [k for k in range(4, len(value)) if clipped.lower().endswith(value[:k].lower())]
+    shortest = masking._SHORT
+    kept = [k for k in range(shortest, len(value)) if clipped.lower().endswith(value[:k].lower())]
     assert not kept, clipped
 
 
