@@ -9,7 +9,8 @@ the answer; everything else is a few lines here.
 What it does (docs/dispatcher.md, "Webhook client"):
 - a keep-alive pool per (scheme, host, port), at most ``pool_size`` idle
   connections in all; a connection is reused only after a complete answer that
-  allows it, and only within ``IDLE_REUSE_S`` of it;
+  allows it, and only within ``IDLE_REUSE_S`` of it, or within half the idle
+  timeout a ``Keep-Alive: timeout=N`` header announces where that is shorter;
 - TLS through one ``ssl`` context (certificates and host names verified);
 - the SSRF guard judges every address before the socket connects to it;
 - one total deadline per send (connect, write, answer);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 import time
@@ -49,6 +51,23 @@ DNS_TTL_S = 60.0
 # server closing after 50 ms idle, connections reused 50 +- 2 ms later: 117 of 400
 # sends failed so. Below the shortest common timeout, so the race is not run.
 IDLE_REUSE_S = 1.5
+# A receiver that announces its idle timeout (``Keep-Alive: timeout=N``, RFC 2068
+# 19.7.1; Apache and Node send it) is trusted to close no earlier: a connection
+# is reused only within half of it (if that is shorter than the limit above). Only
+# the first ``timeout=`` of up to 7 digits counts; anything else is ignored.
+_KEEP_ALIVE_TIMEOUT = re.compile(r"(?:^|[,;\s])timeout\s*=\s*([0-9]{1,7})(?![0-9])", re.I)
+
+
+def _reuse_limit(answer: Answer, limit_s: float) -> float:
+    """How long the connection that carried ``answer`` may sit idle and still be
+    reused: ``limit_s``, or half the receiver's announced idle timeout if shorter
+    (``timeout=0``: not at all)."""
+    for name, value in answer.headers:
+        if len(name) == 10 and name.lower() == "keep-alive":
+            found = _KEEP_ALIVE_TIMEOUT.search(value)
+            if found is not None:
+                return min(limit_s, int(found.group(1)) / 2)
+    return limit_s
 
 
 class Failure(Exception):
@@ -119,7 +138,7 @@ class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self.idle_since = 0.0  # time.monotonic() when it went back to the pool
+        self.reuse_until = 0.0  # time.monotonic() after which it is closed, not reused
         self._parser = httptools.HttpResponseParser(self)
         self._answer: Answer | None = None
         self._done: asyncio.Future[Answer] | None = None
@@ -365,30 +384,30 @@ class Client:
             handed = conn is not None and conn.cut_handed_over
             raise Failure("Timeout", f"no answer in {timeout_s:.3g}s", handed_over=handed) from None
         if conn.reusable:
-            self._checkin(target.key, conn)
+            self._checkin(target.key, conn, _reuse_limit(answer, self._idle_reuse_s))
         else:
             conn.close()
         return answer
 
     def _checkout(self, key: tuple[bool, str, int]) -> _Conn | None:
         conns = self._idle.get(key)
-        oldest = time.monotonic() - self._idle_reuse_s
+        now = time.monotonic()
         while conns:
             conn = conns.pop()
             self._idle_count -= 1
             if conn.closed:
                 continue
-            if conn.idle_since < oldest:
+            if conn.reuse_until < now:
                 conn.close()  # the receiver may be closing it right now (IDLE_REUSE_S)
                 continue
             return conn
         return None
 
-    def _checkin(self, key: tuple[bool, str, int], conn: _Conn) -> None:
-        if self._idle_count >= self._pool_size:
+    def _checkin(self, key: tuple[bool, str, int], conn: _Conn, limit_s: float) -> None:
+        if self._idle_count >= self._pool_size or limit_s <= 0:
             conn.close()
             return
-        conn.idle_since = time.monotonic()
+        conn.reuse_until = time.monotonic() + limit_s
         self._idle.setdefault(key, []).append(conn)
         self._idle_count += 1
 

@@ -24,7 +24,7 @@ import trustme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.channels.http1 import MAX_HEAD_BYTES, Answer, Client, Failure
+from dispatcher.channels.http1 import MAX_HEAD_BYTES, Answer, Client, Failure, _reuse_limit
 from dispatcher.outside import EXCERPT_BYTES
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -195,15 +195,19 @@ def test_a_connection_closed_before_any_answer_was_handed_over() -> None:
     run(main())
 
 
-def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None:
-    """The keep-alive race, made certain: this receiver drops, unanswered, any request
-    that arrives on a connection idle 50 ms or more (as one whose idle timeout fires as
-    the request comes in). A client that reuses it loses the send, handed over (an
-    uncertain outcome where the endpoint cannot deduplicate); under its idle limit
-    (IDLE_REUSE_S, 1.5 s by default) the client opens a fresh connection instead."""
-    dropped: list[int] = []
+class IdleDropper:
+    """Answers each request with ``answer(head)``, but drops, unanswered, any request
+    that arrives on a connection idle ``idle_s`` or more: a receiver whose idle close
+    races the request (the keep-alive race, made certain)."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, idle_s: float, answer: Callable[[bytes], bytes] = lambda _: OK) -> None:
+        self.idle_s = idle_s
+        self.answer = answer
+        self.dropped = 0
+        self.connections = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         answered_at: float | None = None
         try:
             while True:
@@ -214,10 +218,10 @@ def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None
                     if v.lower().startswith(b"content-length:")
                 ]
                 await reader.readexactly(length[0] if length else 0)
-                if answered_at is not None and time.monotonic() - answered_at >= 0.05:
-                    dropped.append(1)
+                if answered_at is not None and time.monotonic() - answered_at >= self.idle_s:
+                    self.dropped += 1
                     break
-                writer.write(OK)
+                writer.write(self.answer(head))
                 await writer.drain()
                 answered_at = time.monotonic()
         except (OSError, asyncio.IncompleteReadError):
@@ -225,8 +229,17 @@ def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None
         finally:
             writer.close()
 
+
+def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None:
+    """The keep-alive race, made certain: this receiver drops, unanswered, any request
+    that arrives on a connection idle 50 ms or more (as one whose idle timeout fires as
+    the request comes in). A client that reuses it loses the send, handed over (an
+    uncertain outcome where the endpoint cannot deduplicate); under its idle limit
+    (IDLE_REUSE_S, 1.5 s by default) the client opens a fresh connection instead."""
+    server = IdleDropper(0.05)
+
     async def main() -> None:
-        listener = await asyncio.start_server(serve, "127.0.0.1", 0)
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/hook"
         try:
             for limit_s in (0.03, 10.0):
@@ -243,9 +256,63 @@ def test_a_connection_idle_past_the_reuse_limit_is_replaced_not_reused() -> None
                 await client.close()
         finally:
             listener.close()
-        assert len(dropped) == 1  # only the client that reused the idle connection
+        assert server.dropped == 1  # only the client that reused the idle connection
 
     run(main())
+
+
+def test_a_receivers_announced_keep_alive_timeout_shortens_the_reuse_limit() -> None:
+    """A receiver that says ``Keep-Alive: timeout=1`` is reused only within half a
+    second. This one drops, unanswered, any request on a connection idle 0.6 s or
+    more (its close racing the request); the client waits 0.7 s between sends. Under
+    the default limit alone (1.5 s) the second send would be lost, handed over; the
+    header makes the client open a fresh connection. ``timeout=0``: never pooled."""
+
+    def announce(head: bytes) -> bytes:
+        timeout = b"0" if b"/zero" in head.split(b"\r\n")[0] else b"1"
+        return (
+            b"HTTP/1.1 200 OK\r\nKeep-Alive: max=100, timeout=" + timeout
+            + b"\r\nContent-Length: 2\r\n\r\nok"
+        )  # fmt: skip
+
+    server = IdleDropper(0.6, announce)
+
+    async def main() -> None:
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+        try:
+            client = Client(4, LOOPBACK, None)  # the default limit, 1.5 s
+            target = client.target(f"{base}/hook")
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            assert server.connections == 1  # reused at once: within the limit
+            await asyncio.sleep(0.7)
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            assert server.connections == 2  # past half the announced timeout: replaced
+            zero = client.target(f"{base}/zero")
+            for _ in range(3):
+                assert (await client.post(zero, [], b"{}", 2.0)).status == 200
+            # The first reuses the pooled connection (same host and port); each answer
+            # with timeout=0 closes its connection, so the next two open fresh ones.
+            assert server.connections == 4
+            await client.close()
+        finally:
+            listener.close()
+        assert server.dropped == 0
+
+    run(main())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_any_keep_alive_header_gives_a_reuse_limit_within_the_clients(value: str) -> None:
+    """A hostile header never raises and never extends the client's own limit."""
+    answer = Answer()
+    answer.headers = [("keep-alive", value), ("KEEP-ALIVE", "timeout=9999999")]
+    limit = _reuse_limit(answer, 1.5)
+    assert 0.0 <= limit <= 1.5
+    answer.headers = [("Keep-Alive", "max=5, timeout=2")]
+    assert _reuse_limit(answer, 1.5) == 1.0
 
 
 def test_a_body_to_the_close_is_read() -> None:
