@@ -16,12 +16,27 @@ ratios to the JDBC append of the same configuration:
   atomic, deduplicated, replay-safe;
 - jdbc: Spark's JDBC writer, append, ``reWriteBatchedInserts=true``, batchsize 10000
   (each partition commits on its own: not atomic, no dedup);
-- copy: one psycopg2 ``COPY`` of the same rows from a CSV file (one stream, the raw path).
+- copy: one psycopg2 ``COPY`` of the same rows from a CSV file (one stream, the raw path);
+- JVM COPY: the ceiling, the fastest Spark writer this machine runs: each
+  partition streams its rows into one binary COPY from the executor's JVM
+  (bench/jvm/CopyWriter.java, compiled at start with the JDK's ``javac``
+  against the installed PySpark; the path is left out without one); no Python,
+  no checks, no dedup, no marker;
+- executor COPY: the ceiling of any Spark writer that hands rows to Python:
+  every partition binary-COPYs its Arrow batches (spark_jobs.pgbinary, no
+  per-row Python) straight into ``effects`` and commits on its own; no checks,
+  no canonical JSON, no dedup, no marker. A sink doing the same write plus
+  those cannot beat it.
 
 Each path's timed part also counts CPU seconds from /proc (bench.cpu): the
 Spark side (this process and every descendant: the JVM, its Python workers, a
 cluster's master, workers and executors) and the private PostgreSQL cluster;
 on a shared machine these say where the work goes better than the wall clock.
+
+``--postgres-cores N``: PostgreSQL (the postmaster and every backend, which
+inherit it) pinned to the last N cores and this process with all it starts
+(the JVMs, Python workers, a cluster) to the others: the shape of a deployment
+where the database has its own host, instead of everything sharing every core.
 
 ``--valves``: instead, the sink with the volume guard on (the default) vs off
 (``VolumeGuard.off()``), side by side in interleaved rounds, each after 20
@@ -98,6 +113,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--valves", action="store_true", help="the sink with the volume guard on vs off"
     )
+    parser.add_argument(
+        "--postgres-cores",
+        type=int,
+        default=0,
+        help="pin PostgreSQL to the last N cores, Spark to the rest (default 0: shared)",
+    )
     args = parser.parse_args(argv)
     if not _ensure_jdbc_jar():
         print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
@@ -105,8 +126,12 @@ def main(argv: list[str]) -> int:
     from dispatcher.settings import Settings
     from outbox.database import database_url
 
+    if not _build_ceiling():
+        print("no javac here: the JVM COPY ceiling is left out", flush=True)
     server = database_url(Settings.from_env())
     url = _fresh_database(server)
+    if args.postgres_cores:
+        print(_pin(args.postgres_cores), flush=True)
     print(f"load at start: {_uptime()}", flush=True)
     table: list[str] = []
     try:
@@ -115,6 +140,7 @@ def main(argv: list[str]) -> int:
                 table += _configuration(url, master, partitions, args)
     finally:
         _drop_database(server, url)
+        _CEILING_JAR.unlink(missing_ok=True)
     print(f"load at end: {_uptime()}")
     print(
         f"\n{args.rows:,} rows into the indexed effects table, median of {args.repeat} "
@@ -136,7 +162,10 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
         "sink (atomic)": _time_sink,
         "spark jdbc append": _time_jdbc,
         "raw COPY (1 stream)": _time_copy,
+        "executor COPY (Python)": _time_executor_copy,
     }
+    if _CEILING_JAR.exists():
+        paths["JVM COPY (ceiling)"] = _time_jvm_copy
     base_path = "spark jdbc append"
     if args.valves:
         paths = {"sink, guard on": _time_guarded, "sink, guard off": _time_unguarded}
@@ -183,6 +212,29 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
     return lines
 
 
+def _pin(postgres_cores: int) -> str:
+    """PostgreSQL's processes onto the last ``postgres_cores`` cores, this process (and
+    so every process it starts later) onto the others."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not 0 < postgres_cores < len(cores):
+        raise SystemExit(f"--postgres-cores {postgres_cores}: this machine has {len(cores)}")
+    database, spark = set(cores[-postgres_cores:]), set(cores[:-postgres_cores])
+    postmaster = cpu.postmaster_pid()
+    if postmaster is None:
+        raise SystemExit("--postgres-cores needs the private cluster (unset DATABASE_URL)")
+    pinned = [postmaster] + [
+        int(pid)
+        for pid in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    ]
+    for pid in pinned:
+        os.sched_setaffinity(pid, database)
+    os.sched_setaffinity(0, spark)
+    return (
+        f"pinned: PostgreSQL ({len(pinned)} processes) to cores {sorted(database)}, "
+        f"Spark to cores {sorted(spark)}"
+    )
+
+
 def _cpu_us(results: list[Timed], rows: int) -> tuple[float, float]:
     """Median CPU microseconds per row: the Spark side, PostgreSQL (0 when unknown)."""
     client = statistics.median(t.client_cpu_s for t in results)
@@ -199,7 +251,8 @@ def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
     """A Spark session on local[partitions], or on a fresh two-worker standalone cluster."""
     from spark_jobs.session import build_session
 
-    conf = {"spark.jars": str(JAR), "spark.ui.showConsoleProgress": "false"}
+    jars = [str(JAR)] + ([str(_CEILING_JAR)] if _CEILING_JAR.exists() else [])
+    conf = {"spark.jars": ",".join(jars), "spark.ui.showConsoleProgress": "false"}
     if master == "local":
         spark = build_session("bench-sink", f"local[{partitions}]", **conf)
         try:
@@ -213,7 +266,7 @@ def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
     cores = max(1, partitions // 2)
     try:
         with StandaloneCluster(work, workers=2, cores=cores, memory="2g") as cluster:
-            conf |= {"spark.executor.memory": "1g", "spark.driver.extraClassPath": str(JAR)}
+            conf |= {"spark.executor.memory": "1g", "spark.driver.extraClassPath": ":".join(jars)}
             spark = build_session("bench-sink", cluster.master_url, **conf)
             try:
                 yield spark, "cluster"
@@ -345,6 +398,100 @@ def _time_copy(url: str, rows: Any) -> Timed:
         return clock.stop("one stream, no dedup, no marker")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _time_executor_copy(url: str, rows: Any) -> Timed:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    _truncate(url)
+    frame = rows.select("*", F.sha2("payload", 256).alias("payload_sha256"))
+    written = T.StructType([T.StructField("rows", T.LongType())])
+    clock = _Clock()
+    counts = frame.mapInArrow(_copy_partition(_libpq(url)), written).collect()
+    timed = clock.stop("parallel, no checks, no dedup, no marker")
+    assert sum(r.rows for r in counts) == rows.count(), counts
+    return timed
+
+
+def _time_jvm_copy(url: str, rows: Any) -> Timed:
+    from pyspark.sql import functions as F
+
+    _truncate(url)
+    columns = ("job", "batch_id", "idempotency_key", "endpoint", "recipient", "payload")
+    frame = rows.select(
+        F.lit("bench").alias("job"),
+        F.lit("jvm").alias("batch_id"),
+        "idempotency_key",
+        "endpoint",
+        "recipient",
+        "payload",
+        F.sha2("payload", 256).alias("payload_sha256"),
+    )
+    sql = f"COPY effects ({', '.join(columns)}, payload_sha256) FROM STDIN WITH (FORMAT binary)"
+    jvm = rows.sparkSession.sparkContext._jvm
+    clock = _Clock()
+    jvm.outboxbench.CopyWriter.write(frame._jdf, _jdbc_url(url), sql, columns.index("payload"))
+    timed = clock.stop("parallel, in the JVM: no Python, no checks, no dedup, no marker")
+    with psycopg2.connect(_libpq(url)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM effects")
+        assert cur.fetchone()[0] == rows.count()
+    return timed
+
+
+_CEILING_JAR = Path(tempfile.gettempdir()) / f"outbox-bench-ceiling-{os.getpid()}.jar"
+
+
+def _build_ceiling() -> bool:
+    """Compile bench/jvm/CopyWriter.java into ``_CEILING_JAR``; False without a JDK."""
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar is None:
+        return False
+    import pyspark
+
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    source = Path(__file__).parent / "jvm" / "CopyWriter.java"
+    with tempfile.TemporaryDirectory() as classes:
+        subprocess.run(
+            [javac, "-nowarn", "-d", classes, "-cp", f"{spark_jars}/*:{JAR}", str(source)],
+            check=True,
+        )
+        subprocess.run([jar, "cf", str(_CEILING_JAR), "-C", classes, "outboxbench"], check=True)
+    return True
+
+
+def _copy_partition(dsn: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of the ceiling: one binary COPY per Arrow batch,
+    one transaction per partition."""
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from spark_jobs import pgbinary
+
+        columns = ("idempotency_key", "endpoint", "recipient", "payload", "payload_sha256")
+        sql = f"COPY effects (job, batch_id, {', '.join(columns)}) FROM STDIN WITH (FORMAT binary)"
+        shared = (
+            pgbinary.field_count(len(columns) + 2)
+            + pgbinary.text("bench")
+            + pgbinary.text("ceiling")
+        )
+        n = 0
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+            for batch in batches:
+                fields = [
+                    pgbinary.jsonb_column(batch.column(name))
+                    if name == "payload"
+                    else pgbinary.text_column(batch.column(name))
+                    for name in columns
+                ]
+                data = pgbinary.copy_stream(batch.num_rows, shared, fields)
+                cur.copy_expert(sql, data.open(), 1 << 20)
+                n += batch.num_rows
+        conn.close()
+        yield pa.RecordBatch.from_pydict({"rows": [n]}, pa.schema([("rows", pa.int64())]))
+
+    return write
 
 
 def _uptime() -> str:
