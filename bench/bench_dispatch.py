@@ -176,7 +176,7 @@ def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> No
     results: dict[str, list[tuple[float, float]]] = {}
     for r in range(rounds):
         for processes in (1, 0) if r % 2 == 0 else (0, 1):
-            lat_ms, achieved = contenders.latency(ctx, rate, seconds, processes)
+            lat_ms, achieved, failed = contenders.latency(ctx, rate, seconds, processes)
             p50 = statistics.median(lat_ms)
             p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
             label = "1" if processes == 1 else f"default ({contenders.cores()})"
@@ -184,7 +184,7 @@ def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> No
             print(
                 f"round {r + 1}: commit-to-arrival, dispatcher --processes {label}: asked "
                 f"{rate:,.0f}/s, got {achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, "
-                f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms",
+                f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms; attempts not delivered: {failed}",
                 flush=True,
             )
     for label, runs in results.items():

@@ -190,8 +190,9 @@ def dispatcher(
 
 def latency(
     ctx: Ctx, rate: float, seconds: float, processes: int = 0, producers: int = 4
-) -> tuple[list[float], float]:
-    """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved.
+) -> tuple[list[float], float, str]:
+    """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved;
+    the attempts that did not deliver, by outcome and error (a long tail's cause).
 
     Producers commit one effect per transaction (INSERT + NOTIFY + COMMIT in one
     round trip, as a producer's ``enqueue`` does) on one shared schedule of
@@ -218,12 +219,25 @@ def latency(
         _wait(lambda: _drained(ctx.engine, _UNFINISHED), 120, "the last deliveries")
     finally:
         _stop([proc])
+    failed = _failed_attempts(ctx.engine)
     with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
     first: dict[str, float] = {}
     for key, at in arrivals:
         first.setdefault(key, at)
-    return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved
+    return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved, failed
+
+
+def _failed_attempts(engine: Engine) -> str:
+    """``none``, or e.g. ``retry Disconnected x1``: the attempts that did not deliver."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT outcome, coalesce(error_class, status_code::text, '?'), count(*)"
+                " FROM delivery_attempts WHERE outcome <> 'delivered' GROUP BY 1, 2 ORDER BY 3 DESC"
+            )
+        ).all()
+    return ", ".join(f"{outcome} {error} x{n}" for outcome, error, n in rows) or "none"
 
 
 def _produce(
