@@ -294,36 +294,49 @@ SELECT idempotency_key, endpoint FROM settled;
 -- now is skipped, and the effect stays due (a later pass parks it if need be).
 -- Nothing is parked on a schema without the waking trigger (a dispatcher newer
 -- than the database's migrations): a parked effect would wait there for ever.
-WITH front AS (
+-- Planned so that stale statistics cannot blow it up (taken while the queue was
+-- empty, they once made the planner probe every due row before the LIMIT and
+-- join the front by rescanning all due rows: 5-7 s a pass, and the recorder
+-- waiting on its 30,000 FOR SHARE locks): the front is MATERIALIZED and probed
+-- on its own rows (at most :window an endpoint), each blocked row is then locked
+-- by its id behind an OFFSET 0 fence, and park_blocked runs this with
+-- enable_sort off, so the probe can only step back in ix_effects_ordering.
+WITH front AS MATERIALIZED (
     SELECT f.id
     FROM endpoints o
     CROSS JOIN LATERAL (
-        SELECT e.id FROM effects e
+        SELECT e.id, e.endpoint, e.ordering_key, e.created_at, e.state FROM effects e
         WHERE e.endpoint = o.name AND e.state IN ('pending', 'leased')
           AND e.next_attempt_at <= now()
         ORDER BY e.next_attempt_at
         LIMIT :window
     ) f
-    WHERE o.ordered
+    WHERE o.ordered AND f.ordering_key IS NOT NULL AND f.state = 'pending'
       AND EXISTS (SELECT 1 FROM pg_trigger t
                   WHERE t.tgrelid = 'effects'::regclass
                     AND t.tgname = 'effects_unpark_on_finish')
-), blocked AS (
-    SELECT e.id
-    FROM effects e JOIN front ON front.id = e.id
-    WHERE e.state = 'pending' AND e.ordering_key IS NOT NULL
-      AND e.next_attempt_at <= now()
       AND EXISTS (
           -- the nearest earlier one first: one step back in ix_effects_ordering
           -- (kept as written: a locking EXISTS is not simplified)
           SELECT 1 FROM effects p
-          WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
+          WHERE p.endpoint = f.endpoint AND p.ordering_key = f.ordering_key
             AND p.state IN ('pending', 'leased')
-            AND (p.created_at, p.id) < (e.created_at, e.id)
+            AND (p.created_at, p.id) < (f.created_at, f.id)
           ORDER BY p.created_at DESC, p.id DESC
           LIMIT 1
           FOR SHARE OF p SKIP LOCKED)
-    FOR UPDATE OF e SKIP LOCKED
+), blocked AS (
+    -- Locked by id alone (a state condition here would let the planner take
+    -- ix_effects_due for it); the locked row's current state is checked after.
+    SELECT b.id
+    FROM front
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.state, e.next_attempt_at FROM effects e
+        WHERE e.id = front.id
+        OFFSET 0
+        FOR UPDATE OF e SKIP LOCKED
+    ) b
+    WHERE b.state = 'pending' AND b.next_attempt_at <= now()
 )
 UPDATE effects e SET next_attempt_at = 'infinity'
 FROM blocked
