@@ -240,9 +240,6 @@ def park_blocked(engine: Engine, window: int = PARK_WINDOW) -> int:
     """Park ordered endpoints' effects that wait behind an earlier one of their key
     (store.sql, park_blocked); how many were parked."""
     with engine.begin() as conn:
-        # The probe kept in ix_effects_ordering (store.sql): the dispatcher's sessions
-        # say so already (ENGINE_OPTIONS); this makes any engine's pass plan alike.
-        conn.exec_driver_sql("SET LOCAL enable_sort = off")
         return int(conn.execute(_Q["park_blocked"], {"window": window}).rowcount)
 
 

@@ -299,8 +299,8 @@ SELECT idempotency_key, endpoint FROM settled;
 -- join the front by rescanning all due rows: 5-7 s a pass, and the recorder
 -- waiting on its 30,000 FOR SHARE locks): the front is MATERIALIZED and probed
 -- on its own rows (at most :window an endpoint), each blocked row is then locked
--- by its id behind an OFFSET 0 fence, and park_blocked runs this with
--- enable_sort off, so the probe can only step back in ix_effects_ordering.
+-- by its id behind an OFFSET 0 fence; the dispatcher's sessions keep sorts off
+-- (store.ENGINE_OPTIONS), so the probe can only step back in ix_effects_ordering.
 WITH front AS MATERIALIZED (
     SELECT f.id
     FROM endpoints o
