@@ -62,12 +62,8 @@ def _reuse_limit(answer: Answer, limit_s: float) -> float:
     """How long the connection that carried ``answer`` may sit idle and still be
     reused: ``limit_s``, or half the receiver's announced idle timeout if shorter
     (``timeout=0``: not at all)."""
-    for name, value in answer.headers:
-        if len(name) == 10 and name.lower() == "keep-alive":
-            found = _KEEP_ALIVE_TIMEOUT.search(value)
-            if found is not None:
-                return min(limit_s, int(found.group(1)) / 2)
-    return limit_s
+    found = _KEEP_ALIVE_TIMEOUT.search(answer.header("Keep-Alive") or "")
+    return limit_s if found is None else min(limit_s, int(found.group(1)) / 2)
 
 
 class Failure(Exception):
