@@ -53,10 +53,13 @@ class Driver:
 
     def _pump(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-            if line.startswith("outbox-phase:"):
-                self.lines.put(line.strip())
+        try:
+            for line in self.proc.stderr:
+                self.stderr.append(line)
+                if line.startswith("outbox-phase:"):
+                    self.lines.put(line.strip())
+        except ValueError:  # finish()'s communicate() read the pipe to its end and closed it
+            return
 
     def wait_for(self, phase: str, timeout_s: float = 600) -> bool:
         """True once the driver prints ``phase``; False if it exited first."""
