@@ -15,6 +15,12 @@ interleaved rounds (the order rotates every round); medians are compared:
   fastest client this machine runs: the one-process ceiling);
 - pgqueuer 1.6 (asyncpg driver) with its defaults, with batch_size=100, and
   with batch_size=100 in 2 processes (bench/pgq_worker.py);
+- the design ceiling (bench/floor_worker.py), in 1 and 2 processes: only what a
+  dispatcher with the issue's guarantees must do per delivery (a fenced lease, a
+  ledger probe, a signed POST, a durable record: queue row deleted, key ledger
+  row, attempt row), each the cheapest way this machine runs it, on a narrow
+  queue table; and the same with each job's wide ``effects`` row updated once
+  when delivered (leases kept out of the effect row): how far a design could go;
 - ``outbox dispatcher run`` with 1 process, and with ``--processes`` at its
   default (one per core): signed (Standard Webhooks), every attempt logged;
   with 1 process also against an endpoint with limits that never bind (a rate
@@ -52,7 +58,7 @@ ROOT = contenders.ROOT
 @dataclass(frozen=True)
 class Contender:
     name: str
-    kind: str  # bare | pgqueuer | dispatch
+    kind: str  # bare | pgqueuer | floor | dispatch
     run: Callable[[contenders.Ctx, int], float]
 
 
@@ -73,6 +79,12 @@ CONTENDERS = [
     Contender("pgqueuer, defaults", "pgqueuer", contenders.pgqueuer(None, 1)),
     Contender("pgqueuer, batch_size=100", "pgqueuer", contenders.pgqueuer(100, 1)),
     Contender("pgqueuer, batch_size=100, 2 processes", "pgqueuer", contenders.pgqueuer(100, 2)),
+    # The design ceiling: only what a dispatcher must keep, each the cheapest way
+    # (bench/floor_worker.py); how far any design could go on this machine.
+    Contender("design ceiling, 1 process", "floor", contenders.floor(1)),
+    Contender("design ceiling, 2 processes", "floor", contenders.floor(2)),
+    Contender("design ceiling + effects row, 1 process", "floor", contenders.floor(1, True)),
+    Contender("design ceiling + effects row, 2 processes", "floor", contenders.floor(2, True)),
     Contender("dispatcher, --processes 1", "dispatch", contenders.dispatcher(1)),
     Contender(
         "dispatcher, --processes 1, limits on",

@@ -21,8 +21,9 @@ import sqlalchemy as sa
 from pgqueuer import AsyncpgDriver, Queries
 from sqlalchemy.engine import Engine
 
+from bench import floor_worker
 from bench.database import dsn, insert_effects
-from bench.payload import body, document
+from bench.payload import PAD, body, document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +72,22 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             raise RuntimeError(f"{p.args} exited {p.returncode}")
 
 
+def _workers(module: str, args: list[str], processes: int) -> list[subprocess.Popen[bytes]]:
+    """``processes`` of ``python -m module *args``, each once it wrote ``ready``."""
+    procs = [
+        subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.PIPE)
+        for _ in range(processes)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    return procs
+
+
 def bare(loop: str, client: str = "aiohttp") -> Callable[[Ctx, int], float]:
     def run(ctx: Ctx, n: int) -> float:
         out = subprocess.run(
@@ -110,17 +127,8 @@ def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], flo
     def run(ctx: Ctx, n: int) -> float:
         dsn_of[0] = dsn(ctx.url)
         extra = [] if batch_size is None else ["--batch-size", str(batch_size)]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.pgq_worker", dsn_of[0], f"{ctx.base}/hook", *extra],
-                cwd=ROOT,
-                stdout=subprocess.PIPE,
-            )
-            for _ in range(processes)
-        ]
+        procs = _workers("bench.pgq_worker", [dsn_of[0], f"{ctx.base}/hook", *extra], processes)
         try:
-            for p in procs:
-                assert p.stdout is not None and p.stdout.readline().strip() == b"ready"
             asyncio.run(enqueue_jobs(n))
             t0 = time.perf_counter()
             _wait(lambda: _drained(ctx.engine, "FROM pgqueuer"), 600, "drain")
@@ -130,6 +138,60 @@ def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], flo
         return n / elapsed
 
     return run
+
+
+def floor(processes: int, effects: bool = False) -> Callable[[Ctx, int], float]:
+    """The design ceiling (bench/floor_worker.py): the least a dispatcher keeping
+    the issue's guarantees does per delivery, in ``processes`` processes; with
+    ``effects``, each job's wide ``effects`` row is written at enqueue and updated
+    once when delivered (leases in a narrow table of their own)."""
+
+    def run(ctx: Ctx, n: int) -> float:
+        with ctx.engine.begin() as conn:
+            conn.execute(sa.text(floor_worker.SCHEMA))
+            conn.execute(sa.text("TRUNCATE floor_queue, floor_ledger, floor_attempts"))
+        _reset(ctx.engine)
+        procs = _workers("bench.floor_worker", [dsn(ctx.url), f"{ctx.base}/hook"], processes)
+        try:
+            with ctx.engine.begin() as conn:
+                if effects:
+                    conn.execute(sa.text(_FLOOR_EFFECTS), {"n": n, "pad": PAD})
+                else:
+                    conn.execute(sa.text(_FLOOR_JOBS), {"n": n, "pad": PAD})
+                conn.execute(sa.text("NOTIFY floor"))
+            t0 = time.perf_counter()
+            _wait(lambda: _drained(ctx.engine, "FROM floor_queue"), 600, "drain")
+            elapsed = time.perf_counter() - t0
+        finally:
+            _stop(procs)
+        ledger = _scalar(ctx.engine, "SELECT count(*) FROM floor_ledger")
+        attempts = _scalar(ctx.engine, "SELECT count(*) FROM floor_attempts")
+        audited = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
+        if ledger != n or attempts != n or audited != (n if effects else 0):
+            raise RuntimeError(
+                f"floor: {ledger} of {n} in the ledger, {attempts} attempts logged, "
+                f"{audited} effects delivered"
+            )
+        return n / elapsed
+
+    return run
+
+
+_FLOOR_JOBS = (
+    "INSERT INTO floor_queue (idempotency_key, payload)"
+    " SELECT lpad(to_hex(g), 64, '0'), CAST(jsonb_build_object("
+    "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad) AS text)"
+    " FROM generate_series(1, :n) g"
+)
+# The effects rows as insert_effects writes them, then a queue row for each.
+_FLOOR_EFFECTS = (
+    "WITH e AS (INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+    " SELECT lpad(to_hex(g), 64, '0'), 'floor', jsonb_build_object("
+    "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x'"
+    " FROM generate_series(1, :n) g RETURNING id, idempotency_key, payload)"
+    " INSERT INTO floor_queue (effect_id, idempotency_key, payload)"
+    " SELECT id, idempotency_key, CAST(payload AS text) FROM e ORDER BY id"
+)
 
 
 def _dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
