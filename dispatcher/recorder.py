@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import math
 from collections.abc import Callable
 
 from dispatcher import outside, store
@@ -133,13 +134,17 @@ class Recorder:
 
 
 def safe_copy(result: store.Result, exc: BaseException) -> store.Result:
-    """The same outcome without any text that came from outside: what is always recordable."""
+    """The same outcome without any text that came from outside, and with finite
+    numbers (JSON, how ``store.record`` sends a batch, has no NaN): what is always
+    recordable."""
     return dataclasses.replace(
         result,
         error_class="RecordFailed",
         error=f"the attempt's texts were refused by the database ({type(exc).__name__}); "
         f"outcome {result.outcome}, status {result.status_code} kept",
         response_excerpt=None,
+        delay_s=result.delay_s if math.isfinite(result.delay_s) else 0.0,
+        duration_ms=result.duration_ms if math.isfinite(result.duration_ms) else 0.0,
     )
 
 

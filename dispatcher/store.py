@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import datetime as dt
 import functools
+import json
 import os
 import socket
 import time
@@ -153,20 +154,7 @@ def record(
     for r in results:
         if r.outcome not in OUTCOMES:
             raise ValueError(f"outcome {r.outcome!r} is not one of {OUTCOMES}")
-    params = {
-        "worker_id": worker_id,
-        "ids": [r.effect_id for r in results],
-        "tokens": [r.lease_token for r in results],
-        "outcomes": [r.outcome for r in results],
-        "delays_s": [float(r.delay_s) for r in results],
-        "errors": [r.error for r in results],
-        "status_codes": [r.status_code for r in results],
-        "error_classes": [r.error_class for r in results],
-        "excerpts": [r.response_excerpt for r in results],
-        "started_at": [r.started_at for r in results],
-        "durations_ms": [r.duration_ms for r in results],
-        "attempts": [r.attempt for r in results],
-    }
+    params = {"worker_id": worker_id, "rows": _rows_json(results)}
     # Its own transaction, durable at COMMIT whatever the session says (ENGINE_OPTIONS).
     for last_try in (False, True):
         try:
@@ -189,22 +177,29 @@ def record(
     return {(int(row[0]), str(row[1])): bool(row[2]) for row in rows}
 
 
-# The record, prepared: every parameter is declared text (text[] for the arrays)
-# and cast by the statement itself (its CASTs), so whatever psycopg2 makes of a
-# list is accepted (a list of str is ARRAY['...'], text[], which a uuid[]
-# parameter would refuse; all None is '{NULL,NULL}').
+def _rows_json(results: Sequence[Result]) -> str:
+    """The outcomes as the record statement reads them: one JSON array of arrays,
+    in the order of its ``r`` CTE (``started_at`` as epoch seconds).
+
+    ``allow_nan=False``: a NaN or an infinity would be JSON PostgreSQL refuses; it
+    fails here instead, and the recorder's split finds the row (a ValueError)."""
+    return json.dumps(
+        [
+            [
+                r.effect_id, r.lease_token, r.outcome, float(r.delay_s), r.error, r.status_code,
+                r.error_class, r.response_excerpt, r.started_at.timestamp(), r.duration_ms,
+                r.attempt,
+            ]
+            for r in results
+        ],
+        allow_nan=False,
+    )  # fmt: skip
+
+
+# The record, prepared (both parameters text; the statement casts what it reads).
 _RECORD = _prepared.Statement(
-    "outbox_record",
-    _Q["record"].text,
-    {"worker_id": "text"}
-    | {
-        name: "text[]"
-        for name in (
-            "ids", "tokens", "outcomes", "delays_s", "errors", "status_codes",
-            "error_classes", "excerpts", "started_at", "durations_ms", "attempts",
-        )
-    },
-)  # fmt: skip
+    "outbox_record", _Q["record"].text, {"worker_id": "text", "rows": "text"}
+)
 
 
 def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:

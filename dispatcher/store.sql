@@ -118,15 +118,17 @@ SET LOCAL synchronous_commit = on;
 -- its lease token (a worker that lost its lease changes nothing on the effect;
 -- its attempt is logged as 'stale'); a delivery writes the key ledger in the
 -- same transaction; a 410 pauses the endpoint.
+-- The outcomes come as one JSON array of arrays (store.record): eleven typed
+-- arrays cost the driver ~8 us a row to quote and the server as much to parse
+-- (measured, every column read: 15.4-16.8 us a row round trip; as jsonb 3.6-3.7;
+-- as json 8.9-9.3, each ->> parsing its element again).
 WITH r AS (
-    SELECT *
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:outcomes AS text[]),
-                CAST(:delays_s AS float8[]), CAST(:errors AS text[]),
-                CAST(:status_codes AS int[]), CAST(:error_classes AS text[]),
-                CAST(:excerpts AS text[]), CAST(:started_at AS timestamptz[]),
-                CAST(:durations_ms AS float8[]), CAST(:attempts AS int[]))
-         AS r(id, token, outcome, delay_s, error, status_code, error_class, excerpt,
-              started_at, duration_ms, attempt)
+    SELECT CAST(j->>0 AS bigint) AS id, CAST(j->>1 AS uuid) AS token, j->>2 AS outcome,
+           CAST(j->>3 AS float8) AS delay_s, j->>4 AS error, CAST(j->>5 AS int) AS status_code,
+           j->>6 AS error_class, j->>7 AS excerpt,
+           to_timestamp(CAST(j->>8 AS float8)) AS started_at,
+           CAST(j->>9 AS float8) AS duration_ms, CAST(j->>10 AS int) AS attempt
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS j
 ), updated AS (
     UPDATE effects e SET
         state = CASE r.outcome WHEN 'delivered' THEN 'delivered'

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 
+import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,14 +21,14 @@ from tests.conftest import insert_endpoint
 from tests.dispatcher import procs
 
 
-def _result(c: store.Claimed, excerpt: str) -> store.Result:
+def _result(c: store.Claimed, excerpt: str, duration_ms: float = 1.0) -> store.Result:
     return store.Result(
         effect_id=c.id,
         lease_token=c.lease_token,
         attempt=c.attempt,
         outcome="delivered",
         started_at=dt.datetime.now(dt.UTC),
-        duration_ms=1.0,
+        duration_ms=duration_ms,
         status_code=200,
         response_excerpt=excerpt,
         endpoint=c.endpoint,
@@ -34,14 +36,28 @@ def _result(c: store.Claimed, excerpt: str) -> store.Result:
     )
 
 
+@pytest.mark.parametrize(
+    ("excerpt", "duration_ms"),
+    [
+        # A raw NUL (what used to reach SQL uncleaned): PostgreSQL refuses it.
+        ("HTTP 200\x00", 1.0),
+        # A lone surrogate: not UTF-8 at all.
+        ("HTTP 200 \udc80", 1.0),
+        # A NaN: JSON (how the batch is sent) has none; the batch fails before it is sent.
+        ("HTTP 200", float("nan")),
+    ],
+    ids=["nul", "lone-surrogate", "nan-duration"],
+)
 def test_a_row_the_database_refuses_is_recorded_without_its_texts_and_the_rest_as_usual(
-    engine: Engine,
+    engine: Engine, excerpt: str, duration_ms: float
 ) -> None:
     insert_endpoint(engine, "hook")
     procs.enqueue_many(engine, 5)
     claimed = store.claim(engine, "w", 10, 60.0)
-    # A raw NUL (what used to reach SQL uncleaned) makes psycopg2 refuse the whole batch.
-    results = [_result(c, "HTTP 200\x00" if i == 2 else "HTTP 200") for i, c in enumerate(claimed)]
+    results = [
+        _result(c, excerpt, duration_ms) if i == 2 else _result(c, "HTTP 200")
+        for i, c in enumerate(claimed)
+    ]
 
     async def main() -> Recorder:
         db = DbCalls(engine)
@@ -67,6 +83,9 @@ def test_a_row_the_database_refuses_is_recorded_without_its_texts_and_the_rest_a
     assert len(rows) == 5
     (replaced,) = [r for r in rows if r.error_class == "RecordFailed"]
     assert "refused by the database" in replaced.error and replaced.response_excerpt is None
+    with engine.connect() as conn:
+        durations = conn.execute(sa.text("SELECT duration_ms FROM delivery_attempts")).scalars()
+        assert all(math.isfinite(d) for d in durations)
 
 
 @given(st.one_of(st.binary(max_size=6000), st.text(max_size=3000)), st.integers(1, 3000))
