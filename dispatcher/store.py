@@ -69,7 +69,6 @@ class Claimed:
     payload: str
     attempt: int
     lease_token: str
-    created_at: dt.datetime
     # time.monotonic() by which the lease has surely expired (taken before the claim).
     lease_deadline: float = 0.0
 
@@ -121,11 +120,10 @@ def claim(
             payload=r[4],
             attempt=r[5],
             lease_token=str(r[6]),
-            created_at=r[7],
             lease_deadline=deadline,
         )
         for r in rows
-        if not r[8]
+        if not r[7]
     ]
 
 

@@ -105,7 +105,7 @@ UPDATE effects e SET
 FROM known
 WHERE e.id = known.id
 RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
-          e.attempt_count, CAST(e.lease_token AS text) AS lease_token, e.created_at,
+          e.attempt_count, CAST(e.lease_token AS text) AS lease_token,
           known.delivered_at IS NOT NULL AS already_delivered;
 
 -- name: durable_commit
