@@ -158,8 +158,11 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         vs_pgq = f"{m / best_pgq:.2f}x" if best_pgq else "-"
         vs_bare = f"{m / ceiling:.2f}x" if ceiling else "-"
         print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {vs_pgq:>16} | {vs_bare:>14} |")
+    _paired(runs, kinds)
     print("\nCPU microseconds per delivery (median over rounds): contender processes, PostgreSQL,")
     print("the receiver; from /proc, so they hold up on a loaded machine better than rates do.")
+    print("A contender's CPU includes its processes' start-up (each ~0.5 s of imports, ~16 us a")
+    print("delivery over 30,000): one process per worker, plus the dispatcher's supervisor.")
     heads = f"{'contender':>9} | {'postgres':>8} | {'receiver':>8} | {'total':>6}"
     print(f"| {'contender':45} | {heads} |")
     print(f"|{'-' * 47}|{'-' * 10}:|{'-' * 9}:|{'-' * 9}:|{'-' * 7}:|")
@@ -172,6 +175,24 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         known = all(s.postgres is not None for _, s in v)
         pg, total = (f"{us[1]:.0f}", f"{sum(us):.0f}") if known else ("-", "-")
         print(f"| {name:45} | {us[0]:9.0f} | {pg:>8} | {us[2]:8.0f} | {total:>6} |")
+
+
+def _paired(runs: Runs, kinds: dict[str, str]) -> None:
+    """Each contender against the best pgqueuer of the same round, then the median:
+    a round's contenders run minutes apart at most, so a slow phase of the machine
+    that moves every rate moves both sides of these ratios (medians of whole runs
+    pair a fast round of one with a slow round of the other)."""
+    pgq = [name for name in runs if kinds[name] == "pgqueuer"]
+    others = [name for name in runs if kinds[name] in ("floor", "dispatch")]
+    if not pgq or not others:
+        return
+    rounds = min(len(v) for v in runs.values())
+    best = [max(runs[name][r][0] for name in pgq) for r in range(rounds)]
+    print("\nPer round, against that round's best pgqueuer (then the median):")
+    for name in others:
+        ratios = [runs[name][r][0] / best[r] for r in range(rounds)]
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {name:45} | {statistics.median(ratios):5.2f}x | {each} |")
 
 
 def _valve_ratio(runs: Runs) -> None:
