@@ -85,6 +85,12 @@ CONTENDERS = [
     Contender("design ceiling, 2 processes", "floor", contenders.floor(2)),
     Contender("design ceiling + effects row, 1 process", "floor", contenders.floor(1, True)),
     Contender("design ceiling + effects row, 2 processes", "floor", contenders.floor(2, True)),
+    # The same on the product's own driver (psycopg2 in threads): what the driver costs.
+    Contender(
+        "design ceiling + effects, psycopg2, 1 process",
+        "floor",
+        contenders.floor(1, True, "psycopg2"),
+    ),
     Contender("dispatcher, --processes 1", "dispatch", contenders.dispatcher(1)),
     Contender(
         "dispatcher, --processes 1, limits on",

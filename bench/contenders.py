@@ -140,18 +140,22 @@ def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], flo
     return run
 
 
-def floor(processes: int, effects: bool = False) -> Callable[[Ctx, int], float]:
+def floor(
+    processes: int, effects: bool = False, driver: str = "asyncpg"
+) -> Callable[[Ctx, int], float]:
     """The design ceiling (bench/floor_worker.py): the least a dispatcher keeping
     the issue's guarantees does per delivery, in ``processes`` processes; with
     ``effects``, each job's wide ``effects`` row is written at enqueue and updated
-    once when delivered (leases in a narrow table of their own)."""
+    once when delivered (leases in a narrow table of their own); ``driver``:
+    asyncpg or psycopg2 (the product's)."""
 
     def run(ctx: Ctx, n: int) -> float:
         with ctx.engine.begin() as conn:
             conn.execute(sa.text(floor_worker.SCHEMA))
             conn.execute(sa.text("TRUNCATE floor_queue, floor_ledger, floor_attempts"))
         _reset(ctx.engine)
-        procs = _workers("bench.floor_worker", [dsn(ctx.url), f"{ctx.base}/hook"], processes)
+        args = [dsn(ctx.url), f"{ctx.base}/hook", "--driver", driver]
+        procs = _workers("bench.floor_worker", args, processes)
         try:
             with ctx.engine.begin() as conn:
                 if effects:
