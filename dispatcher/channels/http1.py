@@ -10,7 +10,9 @@ What it does (docs/dispatcher.md, "Webhook client"):
 - a keep-alive pool per (scheme, host, port), at most ``pool_size`` idle
   connections in all; a connection is reused only after a complete answer that
   allows it, and only within ``IDLE_REUSE_S`` of it, or within half the idle
-  timeout a ``Keep-Alive: timeout=N`` header announces where that is shorter;
+  timeout a ``Keep-Alive: timeout=N`` header announces where that is shorter, or
+  within half the idle time after which a reused connection to that receiver
+  died unanswered (learned, for ``LEARNED_TTL_S``);
 - TLS through one ``ssl`` context (certificates and host names verified);
 - the SSRF guard judges every address before the socket connects to it;
 - one total deadline per send (connect, write, answer);
@@ -56,6 +58,16 @@ IDLE_REUSE_S = 1.5
 # is reused only within half of it (if that is shorter than the limit above). Only
 # the first ``timeout=`` of up to 7 digits counts; anything else is ignored.
 _KEEP_ALIVE_TIMEOUT = re.compile(r"(?:^|[,;\s])timeout\s*=\s*([0-9]{1,7})(?![0-9])", re.I)
+
+
+# A receiver that does not announce its idle timeout and closes sooner than the
+# limit above: a reused connection that dies before any answer, after sitting idle
+# t seconds, teaches the client that this receiver's idle timeout may be under t.
+# Its connections are then reused only within t/2 (never below LEARNED_FLOOR_S),
+# for LEARNED_TTL_S (a restart of the receiver looks the same once: it is not kept
+# for ever). The send that taught it still failed (handed over, as before).
+LEARNED_FLOOR_S = 0.025
+LEARNED_TTL_S = 600.0
 
 
 def _reuse_limit(answer: Answer, limit_s: float) -> float:
@@ -135,6 +147,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reuse_until = 0.0  # time.monotonic() after which it is closed, not reused
+        self.idle_since = 0.0  # time.monotonic() when it last went back to the pool
         self._parser = httptools.HttpResponseParser(self)
         self._answer: Answer | None = None
         self._done: asyncio.Future[Answer] | None = None
@@ -294,6 +307,11 @@ class _Conn(asyncio.Protocol):
     def reusable(self) -> bool:
         return self._reusable and not self.closed
 
+    @property
+    def status_seen(self) -> bool:
+        """Did any byte of an answer's status line or head arrive in this exchange?"""
+        return self._status_seen
+
     async def exchange(self, request: bytes) -> Answer:
         """Write ``request``, return the answer; ``Failure`` says whether it was handed over."""
         assert self.transport is not None
@@ -343,6 +361,8 @@ class Client:
         self._idle_count = 0
         self._dns: dict[tuple[str, int], tuple[float, list[tuple[Any, ...]]]] = {}
         self._targets: dict[str, Target] = {}
+        # Per (scheme, host, port): (idle limit learned from a lost reuse, until when).
+        self._learned: dict[tuple[bool, str, int], tuple[float, float]] = {}
 
     def target(self, url: str) -> Target:
         found = self._targets.get(url)
@@ -371,8 +391,17 @@ class Client:
         conn: _Conn | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                conn = self._checkout(target.key) or await self._connect(target)
-                answer = await conn.exchange(request)
+                conn = self._checkout(target.key)
+                if conn is None:
+                    conn = await self._connect(target)
+                    answer = await conn.exchange(request)
+                else:
+                    try:
+                        answer = await conn.exchange(request)
+                    except Failure as failure:
+                        if failure.kind == "Disconnected" and not conn.status_seen:
+                            self._learn(target.key, time.monotonic() - conn.idle_since)
+                        raise
         except TimeoutError:
             if conn is not None and conn.cut_after_head and conn.answer is not None:
                 conn.answer.body_error = "body unreadable: TimeoutError"
@@ -399,11 +428,34 @@ class Client:
             return conn
         return None
 
+    def _learn(self, key: tuple[bool, str, int], idle_s: float) -> None:
+        """A reused connection idle ``idle_s`` died before any answer (see LEARNED_FLOOR_S)."""
+        now = time.monotonic()
+        limit_s = max(LEARNED_FLOOR_S, idle_s / 2)
+        known = self._learned.get(key)
+        if known is not None and known[1] > now:
+            limit_s = min(limit_s, known[0])
+        if len(self._learned) > 4096:
+            self._learned.clear()
+        self._learned[key] = (limit_s, now + LEARNED_TTL_S)
+
+    def idle_limit(self, key: tuple[bool, str, int]) -> float:
+        """How long a pooled connection to ``key`` may sit idle (for a receiver that
+        announces nothing): the client's limit, or what a lost reuse taught, if shorter."""
+        known = self._learned.get(key)
+        if known is None or known[1] <= time.monotonic():
+            return self._idle_reuse_s
+        return min(self._idle_reuse_s, known[0])
+
     def _checkin(self, key: tuple[bool, str, int], conn: _Conn, limit_s: float) -> None:
+        if key in self._learned:
+            limit_s = min(limit_s, self.idle_limit(key))
         if self._idle_count >= self._pool_size or limit_s <= 0:
             conn.close()
             return
-        conn.reuse_until = time.monotonic() + limit_s
+        now = time.monotonic()
+        conn.idle_since = now
+        conn.reuse_until = now + limit_s
         self._idle.setdefault(key, []).append(conn)
         self._idle_count += 1
 

@@ -24,7 +24,14 @@ import trustme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.channels.http1 import MAX_HEAD_BYTES, Answer, Client, Failure, _reuse_limit
+from dispatcher.channels.http1 import (
+    LEARNED_FLOOR_S,
+    MAX_HEAD_BYTES,
+    Answer,
+    Client,
+    Failure,
+    _reuse_limit,
+)
 from dispatcher.outside import EXCERPT_BYTES
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
@@ -301,6 +308,66 @@ def test_a_receivers_announced_keep_alive_timeout_shortens_the_reuse_limit() -> 
         assert server.dropped == 0
 
     run(main())
+
+
+def test_a_receiver_that_closes_idle_connections_early_without_saying_so_is_learned() -> None:
+    """No ``Keep-Alive`` header, and an idle close (0.3 s) under the client's limit
+    (1.5 s). The first reuse after 0.4 s idle is lost, handed over, as before; it
+    teaches the client to reuse this receiver's connections only within half that
+    idle time. The next send after 0.4 s idle opens a fresh connection and is
+    answered; one after 0.05 s still reuses. Without the learning the third send
+    is lost too (checked)."""
+    server = IdleDropper(0.3)
+
+    async def main() -> None:
+        listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/hook"
+        try:
+            client = Client(4, LOOPBACK, None)  # the default limit, 1.5 s
+            target = client.target(url)
+            assert client.idle_limit(target.key) == 1.5
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            await asyncio.sleep(0.4)
+            with pytest.raises(Failure) as lost:
+                await client.post(target, [], b"{}", 2.0)
+            assert (lost.value.kind, lost.value.handed_over) == ("Disconnected", True)
+            assert 0.2 <= client.idle_limit(target.key) < 0.3  # half of ~0.4 s
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            await asyncio.sleep(0.4)
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200  # replaced
+            connections = server.connections
+            await asyncio.sleep(0.05)
+            assert (await client.post(target, [], b"{}", 2.0)).status == 200
+            assert server.connections == connections  # reused: within the learned limit
+            await client.close()
+        finally:
+            listener.close()
+        assert server.dropped == 1
+
+    run(main())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1e6), max_size=8), st.booleans())
+def test_a_learned_idle_limit_stays_between_the_floor_and_the_clients_own(
+    idle_times: list[float], expired: bool
+) -> None:
+    """Whatever idle times lost reuses report, the limit is never under
+    LEARNED_FLOOR_S nor over the client's own, only shrinks while it lasts, and is
+    forgotten once LEARNED_TTL_S has passed."""
+    client = Client(4, LOOPBACK, None, idle_reuse_s=1.5)
+    key = (False, "receiver.example", 80)
+    previous = client.idle_limit(key)
+    for idle_s in idle_times:
+        client._learn(key, idle_s)
+        limit = client.idle_limit(key)
+        assert LEARNED_FLOOR_S <= limit <= 1.5
+        assert limit <= previous
+        previous = limit
+    if expired and idle_times:
+        limit_s, _ = client._learned[key]
+        client._learned[key] = (limit_s, time.monotonic() - 1)
+        assert client.idle_limit(key) == 1.5
 
 
 @settings(max_examples=300, deadline=None)
