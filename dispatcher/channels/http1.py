@@ -392,16 +392,15 @@ class Client:
         try:
             async with asyncio.timeout(timeout_s):
                 conn = self._checkout(target.key)
+                reused = conn is not None
                 if conn is None:
                     conn = await self._connect(target)
+                try:
                     answer = await conn.exchange(request)
-                else:
-                    try:
-                        answer = await conn.exchange(request)
-                    except Failure as failure:
-                        if failure.kind == "Disconnected" and not conn.status_seen:
-                            self._learn(target.key, time.monotonic() - conn.idle_since)
-                        raise
+                except Failure as failure:
+                    if reused and failure.kind == "Disconnected" and not conn.status_seen:
+                        self._learn(target.key, time.monotonic() - conn.idle_since)
+                    raise
         except TimeoutError:
             if conn is not None and conn.cut_after_head and conn.answer is not None:
                 conn.answer.body_error = "body unreadable: TimeoutError"
