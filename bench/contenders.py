@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from bench import floor_worker
 from bench.database import dsn, insert_effects
-from bench.payload import PAD, body, document
+from bench.payload import body, document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,12 +157,14 @@ def floor(
         args = [dsn(ctx.url), f"{ctx.base}/hook", "--driver", driver]
         procs = _workers("bench.floor_worker", args, processes)
         try:
+            # The same effects every dispatcher contender gets (insert_effects), each
+            # copied to a queue row; without ``effects`` the effect rows then go.
+            insert_effects(ctx.engine, n, "floor")
             with ctx.engine.begin() as conn:
-                if effects:
-                    conn.execute(sa.text(_FLOOR_EFFECTS), {"n": n, "pad": PAD})
-                else:
-                    conn.execute(sa.text(_FLOOR_JOBS), {"n": n, "pad": PAD})
+                conn.execute(sa.text(_FLOOR_QUEUE), {"linked": effects})
                 conn.execute(sa.text("NOTIFY floor"))
+            if not effects:
+                _reset(ctx.engine)
             t0 = time.perf_counter()
             _wait(lambda: _drained(ctx.engine, "FROM floor_queue"), 600, "drain")
             elapsed = time.perf_counter() - t0
@@ -181,20 +183,10 @@ def floor(
     return run
 
 
-_FLOOR_JOBS = (
-    "INSERT INTO floor_queue (idempotency_key, payload)"
-    " SELECT lpad(to_hex(g), 64, '0'), CAST(jsonb_build_object("
-    "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad) AS text)"
-    " FROM generate_series(1, :n) g"
-)
-# The effects rows as insert_effects writes them, then a queue row for each.
-_FLOOR_EFFECTS = (
-    "WITH e AS (INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
-    " SELECT lpad(to_hex(g), 64, '0'), 'floor', jsonb_build_object("
-    "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x'"
-    " FROM generate_series(1, :n) g RETURNING id, idempotency_key, payload)"
-    " INSERT INTO floor_queue (effect_id, idempotency_key, payload)"
-    " SELECT id, idempotency_key, CAST(payload AS text) FROM e ORDER BY id"
+_FLOOR_QUEUE = (
+    "INSERT INTO floor_queue (effect_id, idempotency_key, payload)"
+    " SELECT CASE WHEN :linked THEN id END, idempotency_key, CAST(payload AS text)"
+    " FROM effects ORDER BY id"
 )
 
 
