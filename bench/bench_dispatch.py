@@ -4,6 +4,8 @@
     ... -- [--effects 30000] [--rounds 3] [--latency-s 30] [--latency-rounds 3] [--rate 1000]
            [--only NAME ...]
     ... -- --valves   (the claim with the held-batch exclusion vs main's view: bench/valves.py)
+    ... -- --latency-s 0 --only settings --settings "--claim-batch-size 200" --settings ""
+                      (the dispatcher, 1 process, with each set of options: how defaults are chosen)
 
 On one fresh database, against one receiver (uvicorn + uvloop + httptools, one
 process, bench/receiver.py), every contender delivers the same N POSTs of the
@@ -165,6 +167,7 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         vs_bare = f"{m / ceiling:.2f}x" if ceiling else "-"
         print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {vs_pgq:>16} | {vs_bare:>14} |")
     _paired(runs, kinds)
+    _settings_paired(runs)
     print("\nCPU microseconds per delivery (median over rounds): contender processes, PostgreSQL,")
     print("the receiver; from /proc, so they hold up on a loaded machine better than rates do.")
     print("A contender's CPU includes its processes' start-up (each ~0.5 s of imports, ~16 us a")
@@ -197,6 +200,19 @@ def _paired(runs: Runs, kinds: dict[str, str]) -> None:
     print("\nPer round, against that round's best pgqueuer (then the median):")
     for name in others:
         ratios = [runs[name][r][0] / best[r] for r in range(rounds)]
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {name:45} | {statistics.median(ratios):5.2f}x | {each} |")
+
+
+def _settings_paired(runs: Runs) -> None:
+    """``--settings`` contenders against the first of them, round by round."""
+    chosen = [name for name in runs if ", settings: " in name]
+    if len(chosen) < 2:
+        return
+    first = runs[chosen[0]]
+    print(f"\nPer round, against {chosen[0]!r} (then the median):")
+    for name in chosen[1:]:
+        ratios = [v[0] / f[0] for f, v in zip(first, runs[name], strict=False)]
         each = ", ".join(f"{x:.2f}" for x in ratios)
         print(f"| {name:45} | {statistics.median(ratios):5.2f}x | {each} |")
 
@@ -247,7 +263,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
     )
+    parser.add_argument(
+        "--settings",
+        action="append",
+        default=[],
+        metavar="OPTIONS",
+        help="add a contender: the dispatcher, 1 process, with these `dispatcher run` options"
+        ' (repeat to compare several; "" is the defaults)',
+    )
     args = parser.parse_args(argv)
+    for options in args.settings:
+        name = f"dispatcher, 1 process, settings: {options or '(defaults)'}"
+        contender = Contender(name, "dispatch", contenders.dispatcher(1, options=options))
+        CONTENDERS.append(contender)
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)

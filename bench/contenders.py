@@ -219,17 +219,19 @@ def _reset(engine: Engine) -> None:
 
 
 def dispatcher(
-    processes: int, endpoint: str = "bench", ordering_keys: int = 0
+    processes: int, endpoint: str = "bench", ordering_keys: int = 0, options: str = ""
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
     their bookkeeping only) or ``bench-ordered`` (per-key ordering over
-    ``ordering_keys`` keys, effects spread over them round robin)."""
+    ``ordering_keys`` keys, effects spread over them round robin); ``options``:
+    ``outbox dispatcher run`` options (``bench dispatch -- --settings``)."""
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
         # The dispatcher's defaults (concurrency, claim batch size) unless the
         # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
-        proc = _dispatchers(ctx, processes, *os.environ.get("BENCH_DISPATCH_ARGS", "").split())
+        extra = os.environ.get("BENCH_DISPATCH_ARGS", "").split() + options.split()
+        proc = _dispatchers(ctx, processes, *extra)
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()

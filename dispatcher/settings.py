@@ -109,10 +109,12 @@ class Settings:
     state_dir: Path = Path(".outbox")
     # Dispatcher.
     worker_id: str = ""
-    concurrency: int = 64
-    # Measured best on a 2-core host (docs/dispatcher.md, "Throughput"): claims of ~100
-    # rows (the worker claims again when half a batch of room is free).
-    claim_batch_size: int = 200
+    # Measured on a 2-core host (docs/dispatcher.md, "Throughput"): 128 sends in flight
+    # and claims of ~250 rows (the worker claims again when half a batch of room is
+    # free) delivered 10-15 % more a second than 64 and 200, PostgreSQL ~15 % less CPU
+    # per delivery (each claim and record has a fixed cost: planning, the commit).
+    concurrency: int = 128
+    claim_batch_size: int = 500
     # After a short claim the claim, and every record, runs as a statement prepared
     # once per connection (dispatcher/prepared.py); off behind a PgBouncer in
     # transaction pooling mode.

@@ -33,12 +33,12 @@ def register(sub: Any) -> None:
     cmds = p.add_subparsers(dest="dispatcher_command", required=True, metavar="ACTION")
     run = cmds.add_parser("run", help="run one worker until SIGTERM/SIGINT (or idle)")
     run.add_argument(
-        "--concurrency", type=int, help="sends in flight (default: $OUTBOX_CONCURRENCY, else 64)"
+        "--concurrency", type=int, help="sends in flight (default: $OUTBOX_CONCURRENCY, else 128)"
     )
     run.add_argument(
         "--claim-batch-size",
         type=int,
-        help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 200)",
+        help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 500)",
     )
     run.add_argument(
         "--worker-id",
