@@ -163,11 +163,13 @@ SELECT run_id, job, batch_id FROM batch_runs WHERE swept_at IS NOT NULL LIMIT :l
 
 -- name: delete_run_effects
 -- A swept run's effect rows, a small batch at a time, found through the batch's
--- index (ix_effects_job_batch_id_created_at_id); never a row with a marker.
+-- index (ix_effects_job_batch_id_created_at_id); never a row with a marker, never
+-- one with an attempt (the attempt log has no foreign key: migration 2001).
 DELETE FROM effects WHERE id IN (
     SELECT e.id FROM effects e
     WHERE e.job = :job AND e.batch_id = :batch_id AND e.run_id = :run_id
       AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = e.id)
+      AND NOT EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.effect_id = e.id)
     LIMIT :limit);
 
 -- name: delete_run
