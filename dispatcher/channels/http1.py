@@ -158,6 +158,7 @@ class _Conn(asyncio.Protocol):
         self._status_seen = False
         self._complete = False
         self._reusable = False
+        self._written = False  # the whole request reached the socket
         # What a deadline cut (``send`` reads them): was the request handed over,
         # had the status and headers arrived (then the status decides the outcome)?
         self.cut_handed_over = False
@@ -312,31 +313,57 @@ class _Conn(asyncio.Protocol):
         """Did any byte of an answer's status line or head arrive in this exchange?"""
         return self._status_seen
 
-    async def exchange(self, request: bytes) -> Answer:
-        """Write ``request``, return the answer; ``Failure`` says whether it was handed over."""
+    async def exchange(self, request: bytes, deadline: float) -> Answer:
+        """Write ``request``, return the answer; ``Failure`` says whether it was handed
+        over; ``TimeoutError`` at ``deadline`` (the loop's clock), the connection closed.
+
+        The deadline is a timer of the exchange's own, not ``asyncio.timeout``: the
+        same cut for a fraction of the cost (a context manager and a task's cancel
+        machinery per send, ~5 us of the process's CPU, measured on uvloop)."""
         assert self.transport is not None
         loop = asyncio.get_running_loop()
         self._answer, self._done = Answer(), loop.create_future()
         self._head_bytes, self._head_size = 0, 0
         self._headers_done, self._status_seen = False, False
-        self._complete = self._reusable = False
+        self._complete = self._reusable = self._written = False
         self._drained = None
-        written = False
+        timer = loop.call_at(deadline, self._expire)
         try:
             self.transport.write(request)
             if self._drained is not None:
                 await self._drained  # the kernel took the rest of the request
-            written = True
+            self._written = True
             return await self._done
         except Failure as failure:
-            failure.handed_over = written and not self._status_seen
+            failure.handed_over = self._written and not self._status_seen
             raise
+        except TimeoutError:
+            raise  # _expire: the cut is noted and the connection closed
         except BaseException:
-            # A deadline (or a cancel): the answer is abandoned with the connection.
-            self.close()
-            self.cut_handed_over = written and not self._status_seen
-            self.cut_after_head = self._headers_done
+            # A cancel: the answer is abandoned with the connection.
+            self._cut()
             raise
+        finally:
+            timer.cancel()
+
+    def _cut(self) -> None:
+        """Abandon the exchange: note how far it got, close the connection."""
+        self.cut_handed_over = self._written and not self._status_seen
+        self.cut_after_head = self._headers_done
+        self.close()
+
+    def _expire(self) -> None:
+        """The exchange's deadline: whatever it awaits fails with ``TimeoutError``."""
+        done = self._done
+        if done is None or done.done():
+            return
+        self._cut()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(TimeoutError())
+        if not done.done():  # (closing may have settled it: connection_lost)
+            done.set_exception(TimeoutError())
+            if not self._written:
+                done.exception()  # awaited by nobody: the write was cut first
 
     @property
     def answer(self) -> Answer | None:
@@ -388,19 +415,19 @@ class Client:
         (``body_error`` says what happened); a deadline after the status line too.
         """
         request = _request(target, headers, body)
-        conn: _Conn | None = None
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        conn = self._checkout(target.key)
+        reused = conn is not None
         try:
-            async with asyncio.timeout(timeout_s):
-                conn = self._checkout(target.key)
-                reused = conn is not None
-                if conn is None:
+            if conn is None:
+                async with asyncio.timeout_at(deadline):
                     conn = await self._connect(target)
-                try:
-                    answer = await conn.exchange(request)
-                except Failure as failure:
-                    if reused and failure.kind == "Disconnected" and not conn.status_seen:
-                        self._learn(target.key, time.monotonic() - conn.idle_since)
-                    raise
+            try:
+                answer = await conn.exchange(request, deadline)
+            except Failure as failure:
+                if reused and failure.kind == "Disconnected" and not conn.status_seen:
+                    self._learn(target.key, time.monotonic() - conn.idle_since)
+                raise
         except TimeoutError:
             if conn is not None and conn.cut_after_head and conn.answer is not None:
                 conn.answer.body_error = "body unreadable: TimeoutError"

@@ -439,6 +439,58 @@ def test_silence_is_a_timeout_after_the_request_was_handed_over() -> None:
     run(main())
 
 
+def test_a_deadline_on_a_reused_connection_cuts_it_and_the_next_send_gets_a_fresh_one() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await reader.read()
+        return True
+
+    async def main() -> None:
+        async with serving([answer(OK), silent, answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            assert (await post(client, server)).status == 200
+            t0 = time.monotonic()
+            with pytest.raises(Failure) as late:
+                await post(client, server, timeout_s=0.2)  # on the first send's connection
+            assert 0.15 < time.monotonic() - t0 < 1.0
+            assert (late.value.kind, late.value.handed_over) == ("Timeout", True)
+            assert server.connections == 1
+            assert (await post(client, server)).status == 200
+            assert server.connections == 2  # the cut connection was not reused
+            await client.close()
+
+    run(main())
+
+
+def test_a_deadline_while_the_request_is_still_being_written_is_not_handed_over() -> None:
+    """A receiver that reads nothing: the kernel's buffers fill, the write waits, and
+    the deadline ends it with the request not handed over (and no error of the
+    deadline's callback reaches the loop's exception handler)."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await asyncio.sleep(5)
+
+    async def main() -> None:
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        listener = await asyncio.start_server(never_reads, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        client = Client(4, LOOPBACK, None)
+        target = client.target(f"http://127.0.0.1:{port}/hook")
+        with pytest.raises(Failure) as late:
+            await client.post(target, [("webhook-id", "k")], b"x" * 64_000_000, 0.3)
+        assert (late.value.kind, late.value.handed_over) == ("Timeout", False)
+        await client.close()
+        listener.close()
+        for writer in held:
+            writer.close()
+        await asyncio.sleep(0.05)
+        assert errors == []
+
+    run(main())
+
+
 def test_a_drip_after_the_head_keeps_the_status_when_the_deadline_ends_it() -> None:
     async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n")
