@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -25,6 +26,8 @@ from types import TracebackType
 
 from outbox.tools.scratch import free_port
 
+# The master's log line naming the port its status page finally bound.
+_MASTER_UI = re.compile(r"Successfully started service 'MasterUI' on port (\d+)")
 HOST = "127.0.0.1"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -100,10 +103,19 @@ class StandaloneCluster:
         logs = {p.name: p.read_text()[-2000:] for p in self.work_dir.glob("*.log")}
         raise RuntimeError(f"the standalone cluster did not come up: {logs}")
 
+    def _master_ui_port(self) -> int:
+        """The port the master's status page is on: the one asked for, unless another
+        process took it first (a worker's RPC port, chosen by Spark at random, once
+        did) and the master moved on to the next, as its log then says."""
+        log = self.work_dir / "master.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found = _MASTER_UI.findall(text)
+        return int(found[-1]) if found else self.ui_port
+
     def alive_workers(self) -> int:
         """From the master's status page (JSON), on loopback."""
         try:
-            url = f"http://{HOST}:{self.ui_port}/json/"
+            url = f"http://{HOST}:{self._master_ui_port()}/json/"
             with urllib.request.urlopen(url, timeout=2) as answer:
                 return int(json.load(answer).get("aliveworkers", 0))
         except OSError:
