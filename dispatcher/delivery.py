@@ -48,9 +48,6 @@ class Delivery:
         self._loaded_at = float("-inf")
         self._loading: asyncio.Future[None] | None = None
         self._hold = asyncio.Event()
-        # Sends in flight; the worker claims up to one batch more than this, so
-        # the next effects are already waiting here while a claim is under way.
-        self._slots = asyncio.Semaphore(settings.concurrency)
         self._gone: set[str] = set()  # answered 410 here; paused until its row changes
         self._starts = SendStarts(db, give_up_s=settings.lease_s / 4)
 
@@ -63,10 +60,8 @@ class Delivery:
             await channel.close()
 
     def hold_unstarted(self) -> None:
-        """Shutdown: effects still waiting for their turn are handed back, not sent."""
+        """Shutdown: effects not yet started are handed back, not sent."""
         self._hold.set()
-        for _ in range(self._settings.concurrency + self._settings.claim_batch_size):
-            self._slots.release()  # wake every waiter; each sees the hold
 
     async def _endpoint(self, name: str) -> Endpoint | None:
         """From a cache refreshed every ENDPOINT_CACHE_S by one load at a time: no
@@ -96,14 +91,11 @@ class Delivery:
             self._endpoints, self._loaded_at = found, time.monotonic()
 
     async def attempt(self, effect: store.Claimed) -> store.Result | store.Release:
-        """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint)."""
-        await self._slots.acquire()
-        try:
-            if self._hold.is_set():
-                return store.Release(effect.id, effect.lease_token)
-            return await self._attempt(effect)
-        finally:
-            self._slots.release()
+        """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint).
+        The caller bounds how many run at once (the worker's senders)."""
+        if self._hold.is_set():
+            return store.Release(effect.id, effect.lease_token)
+        return await self._attempt(effect)
 
     async def _attempt(self, effect: store.Claimed) -> store.Result | store.Release:
         endpoint = await self._endpoint(effect.endpoint)
