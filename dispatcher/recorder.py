@@ -87,9 +87,22 @@ class Recorder:
         except Exception as exc:  # one bad row must not sink the batch
             await self._split(batch, exc)
             return
+        # Deliveries are counted per endpoint once a batch (an increment takes a lock);
+        # every other outcome one by one, with its log line.
+        delivered: collections.Counter[str] = collections.Counter()
+        debug = log.isEnabledFor(logging.DEBUG)
         for r in batch:
             ok = fresh is not None and fresh.get((r.effect_id, r.lease_token), False)
-            self._count(r, r.outcome if ok else "stale")
+            outcome = r.outcome if ok else "stale"
+            if outcome != "delivered":
+                self._count(r, outcome)
+                continue
+            delivered[r.endpoint] += 1
+            if debug:
+                log.debug("delivered", extra=_fields(r, "effect.delivered"))
+        for endpoint, n in delivered.items():
+            self.counts["delivered"] += n
+            self._metrics.delivery(endpoint, "delivered").inc(n)
 
     async def _split(self, batch: list[store.Result], exc: Exception) -> None:
         if len(batch) > 1:

@@ -58,7 +58,10 @@ ENGINE_OPTIONS: dict[str, Any] = {
 OUTCOMES = ("delivered", "retry", "dead", "gone", "uncertain")
 
 
-@dataclasses.dataclass(frozen=True)
+# Claimed, Result and Sent (channels) are made once per delivery: slots and not
+# frozen, since a frozen dataclass's __init__ sets each field through
+# object.__setattr__ (measured: 1.16 us against 0.45 for Claimed's eight fields).
+@dataclasses.dataclass(slots=True)
 class Claimed:
     """One leased effect: what a channel needs to send it, and its fence token."""
 
@@ -73,7 +76,7 @@ class Claimed:
     lease_deadline: float = 0.0
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Result:
     """The outcome of one attempt, as the worker hands it to ``record``."""
 

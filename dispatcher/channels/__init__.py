@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dispatcher.store import Claimed
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)  # one per delivery: see store.Claimed
 class Sent:
     """What one attempt produced: ``outcome`` is delivered, retry, dead or gone."""
 
