@@ -10,12 +10,14 @@ to repeat: records are fenced by the lease token in SQL, and a delivered key is
 never sent again (the key ledger).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
-timer"; ``stop()`` only sets an event; side tasks (listener, recorder,
-heartbeat, settle_uncertain, park, progress; retention and auto_disable when
-configured) are named and a crash of any stops the worker with a non-zero
-exit; signals are installed by the CLI, not here. Nothing a receiver or an
-effect's data does can crash a side task: every attempt ends as a recorded
-outcome (``delivery``, ``recorder``).
+timer" and queues what it claims for ``concurrency`` senders (long-lived
+tasks, each sending one effect at a time); ``stop()`` only sets an event;
+side tasks (listener, recorder, heartbeat, settle_uncertain, park, progress;
+retention and auto_disable when configured) are named, and a crash of any of
+them or of a sender stops the worker with a non-zero exit; signals are
+installed by the CLI, not here. Nothing a receiver or an effect's data does can
+crash a side task or a sender: every attempt ends as a recorded outcome
+(``delivery``, ``recorder``).
 """
 
 from __future__ import annotations
@@ -132,8 +134,8 @@ class Worker:
             side["auto_disable"] = asyncio.create_task(self._auto_disable(), name="auto_disable")
         if self.settings.progress_interval_s > 0:
             side["progress"] = asyncio.create_task(self._progress(), name="progress")
-        for task in side.values():
-            task.add_done_callback(self._side_task_done)
+        for task in [*side.values(), *senders]:
+            task.add_done_callback(self._side_task_done)  # a sender never ends but cancelled
         log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})
         try:
             await self._loop()

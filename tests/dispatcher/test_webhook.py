@@ -219,3 +219,22 @@ def test_rate_limited_effects_never_wait_past_half_their_lease(
         ).one()
     assert counted == logged == 6
     assert {_effect(engine, k)["state"] for k in keys} == {"delivered"}
+
+
+def test_a_sender_that_crashes_stops_the_worker_with_a_non_zero_exit(
+    engine: Engine, fast: Settings, receiver: Receiver, monkeypatch: Any
+) -> None:
+    """Senders catch every error of an attempt; one that dies anyway (a bug) must not
+    leave the worker running with fewer senders in silence: it stops, exit 1."""
+    from dispatcher.worker import Worker
+
+    _setup(engine, receiver.url("/hook"), n=3)
+    calls: list[int] = []
+
+    def broken(self: Worker) -> None:
+        calls.append(1)
+        raise RuntimeError("a bug in the sender")
+
+    monkeypatch.setattr(Worker, "_sent", broken)
+    assert run_worker(fast, engine, timeout_s=20) == 1
+    assert calls
