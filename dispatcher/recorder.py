@@ -130,12 +130,10 @@ class Recorder:
         await self._record([safe_copy(bad, exc)])
 
     def _count(self, r: store.Result, outcome: str) -> None:
+        """An outcome other than delivered (``_record`` counts those per batch), with
+        its log line."""
         self.counts[outcome] += 1
         self._metrics.delivery(r.endpoint, outcome).inc()
-        if outcome == "delivered":
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("delivered", extra=_fields(r, "effect.delivered"))
-            return
         level = logging.INFO if outcome == "retry" else logging.WARNING
         message = "lease lost; outcome not applied" if outcome == "stale" else "not delivered"
         extra = _fields(r, f"effect.{outcome}") | {
