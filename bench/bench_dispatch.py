@@ -197,11 +197,7 @@ def _paired(runs: Runs, kinds: dict[str, str]) -> None:
         return
     rounds = min(len(v) for v in runs.values())
     best = [max(runs[name][r][0] for name in pgq) for r in range(rounds)]
-    print("\nPer round, against that round's best pgqueuer (then the median):")
-    for name in others:
-        ratios = [runs[name][r][0] / best[r] for r in range(rounds)]
-        each = ", ".join(f"{x:.2f}" for x in ratios)
-        print(f"| {name:45} | {statistics.median(ratios):5.2f}x | {each} |")
+    _per_round(runs, others, best, "that round's best pgqueuer")
 
 
 def _settings_paired(runs: Runs) -> None:
@@ -209,10 +205,15 @@ def _settings_paired(runs: Runs) -> None:
     chosen = [name for name in runs if ", settings: " in name]
     if len(chosen) < 2:
         return
-    first = runs[chosen[0]]
-    print(f"\nPer round, against {chosen[0]!r} (then the median):")
-    for name in chosen[1:]:
-        ratios = [v[0] / f[0] for f, v in zip(first, runs[name], strict=False)]
+    first = [rate for rate, _ in runs[chosen[0]]]
+    _per_round(runs, chosen[1:], first, repr(chosen[0]))
+
+
+def _per_round(runs: Runs, names: list[str], base: list[float], what: str) -> None:
+    """Each of ``names`` against ``base`` (a rate per round), round by round, then the median."""
+    print(f"\nPer round, against {what} (then the median):")
+    for name in names:
+        ratios = [rate / b for (rate, _), b in zip(runs[name], base, strict=False)]
         each = ", ".join(f"{x:.2f}" for x in ratios)
         print(f"| {name:45} | {statistics.median(ratios):5.2f}x | {each} |")
 
