@@ -111,8 +111,9 @@ class Settings:
     worker_id: str = ""
     # Measured on a 2-core host (docs/dispatcher.md, "Throughput"): 128 sends in flight
     # and claims of ~250 rows (the worker claims again when half a batch of room is
-    # free) delivered 10-15 % more a second than 64 and 200, PostgreSQL ~15 % less CPU
-    # per delivery (each claim and record has a fixed cost: planning, the commit).
+    # free) delivered 1.08x as many a second as 64 and 200 (bench dispatch --settings),
+    # PostgreSQL ~15 % less CPU per delivery (each claim and record has a fixed cost:
+    # planning, the commit).
     concurrency: int = 128
     claim_batch_size: int = 500
     # After a short claim the claim, and every record, runs as a statement prepared
