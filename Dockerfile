@@ -2,7 +2,7 @@
 # API, the reference receiver / mail catcher, the Spark driver of the billing job,
 # and the Spark master and workers themselves. Running the Spark cluster from the
 # same image is deliberate: executors need exactly the driver's PySpark, Python,
-# psycopg2 and this package (the `spark_jobs` and `dispatcher` modules), and one
+# psycopg2 and this package (`spark_outbox.spark` and `spark_outbox.core`), and one
 # image is the simplest way to guarantee that.
 #
 # No secret is baked in: DATABASE_URL carries no password; the password, the
@@ -22,11 +22,13 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini ./
+# spark_outbox/ links the card's folders into the one import namespace.
+COPY spark_outbox ./spark_outbox
 COPY dispatcher ./dispatcher
 COPY spark_jobs ./spark_jobs
 COPY api ./api
 COPY migrations ./migrations
-COPY outbox ./outbox
+COPY cli ./cli
 RUN pip install '.[spark,api,demo]'
 
 COPY docker/entrypoint.sh /usr/local/bin/outbox-entrypoint

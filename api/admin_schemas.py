@@ -10,7 +10,7 @@ import datetime as dt
 
 from pydantic import BaseModel, Field
 
-from api.schemas import ActionCreate, Public
+from spark_outbox.api.schemas import ActionCreate, Public
 
 NO_NUL = r"^[^\x00]*$"
 

@@ -15,11 +15,21 @@ from fastapi import FastAPI, Request, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api import errors
-from api.metrics import ApiMetrics
-from api.routes import admin, batches, docs, effects, operator, rejects, status, ui, uncertain
-from dispatcher import db
-from dispatcher.settings import Settings
+from spark_outbox.api import errors
+from spark_outbox.api.metrics import ApiMetrics
+from spark_outbox.api.routes import (
+    admin,
+    batches,
+    docs,
+    effects,
+    operator,
+    rejects,
+    status,
+    ui,
+    uncertain,
+)
+from spark_outbox.core import db
+from spark_outbox.core.settings import Settings
 
 HERE = Path(__file__).parent
 

@@ -12,7 +12,7 @@ import datetime as dt
 
 from markupsafe import Markup, escape
 
-from dispatcher.health import Activity
+from spark_outbox.console.health import Activity
 
 WIDTH, HEIGHT = 720.0, 160.0
 LEFT, BOTTOM, TOP = 40.0, 18.0, 8.0

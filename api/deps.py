@@ -14,8 +14,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Connection, Engine
 
-from dispatcher import db, tokens
-from dispatcher.settings import Settings
+from spark_outbox.console import tokens
+from spark_outbox.core import db
+from spark_outbox.core.settings import Settings
 
 
 async def get_engine(request: Request) -> Engine:

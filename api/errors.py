@@ -1,6 +1,6 @@
 """The one table that maps domain errors to HTTP status codes.
 
-Domain errors (``dispatcher.errors`` and friends) know nothing of HTTP; routes
+Domain errors (``spark_outbox.core.errors`` and friends) know nothing of HTTP; routes
 let them propagate and this module shapes the response. A 422 from the domain
 (a bad filter, an empty reason) uses FastAPI's own validation-error shape, with
 ``loc`` naming the field and ``msg`` saying the problem and the fix, so clients
@@ -14,8 +14,9 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from api.routes.ui import error_page
-from dispatcher.errors import (
+from spark_outbox.api.routes.ui import error_page
+from spark_outbox.console.tokens import AuthenticationFailed, PermissionDenied
+from spark_outbox.core.errors import (
     ConfigurationError,
     Conflict,
     DatabaseUnavailable,
@@ -23,7 +24,6 @@ from dispatcher.errors import (
     NotFound,
     OutboxError,
 )
-from dispatcher.tokens import AuthenticationFailed, PermissionDenied
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
-from dispatcher import health
-from dispatcher.metrics import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
+from spark_outbox.console import health
+from spark_outbox.core.queue import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
 
 
 class QueueCollector(Collector):

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Query
 
-from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, EffectFilter, build_filter
-from dispatcher.validation import MAX_REFERENCE_CHARS
+from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, EffectFilter, build_filter
+from spark_outbox.core.validation import MAX_REFERENCE_CHARS
 
 # PostgreSQL text cannot hold NUL; refuse it at the edge (422), not in the driver (500).
 NO_NUL = r"^[^\x00]*$"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.schemas import ErrorPublic
+from spark_outbox.api.schemas import ErrorPublic
 
 _E: dict[str, Any] = {"model": ErrorPublic}
 

@@ -2,7 +2,7 @@
 
 Built from the store's frozen dataclasses (``from_attributes``); secrets have
 no field here, so they cannot be serialised by accident. Every instant goes out
-as ``Instant``: ISO 8601 in UTC with ``Z`` (``dispatcher.timestamps.iso``), the
+as ``Instant``: ISO 8601 in UTC with ``Z`` (``spark_outbox.core.timestamps.iso``), the
 format of the CSV export, the CLI and the support page too.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from dispatcher.timestamps import iso
+from spark_outbox.core.timestamps import iso
 
 Instant = Annotated[
     dt.datetime,

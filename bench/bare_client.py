@@ -3,7 +3,7 @@
     python -m bench.bare_client URL N [--in-flight 64] [--loop uvloop|asyncio]
                                       [--client aiohttp|lean]
 
-``lean`` is the dispatcher's own HTTP/1.1 client (dispatcher/channels/http1.py)
+``lean`` is the dispatcher's own HTTP/1.1 client (dispatcher/dispatch/channels/http1.py)
 with nothing around it. Prints the rate (requests/s) as its last line.
 """
 
@@ -18,7 +18,7 @@ import time
 import aiohttp
 
 from bench.payload import body
-from dispatcher.channels.http1 import Client
+from spark_outbox.dispatch.channels.http1 import Client
 
 
 async def run(url: str, n: int, in_flight: int) -> float:

@@ -26,12 +26,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from api.app import create_app
-from dispatcher import db, tokens
-from dispatcher.settings import Settings
-from outbox.database import database_url
-from outbox.tools import scratch
-from outbox.tools.bulk import load, recipient_of, reference_of
+from spark_outbox.api.app import create_app
+from spark_outbox.cli.database import database_url
+from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools.bulk import load, recipient_of, reference_of
+from spark_outbox.console import tokens
+from spark_outbox.core import db
+from spark_outbox.core.settings import Settings
 
 TARGET_P99_MS = 20.0
 

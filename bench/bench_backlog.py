@@ -52,7 +52,9 @@ def drain(engine: sa.Engine, url: str, n: int) -> tuple[subprocess.Popen[bytes],
     env |= {"DATABASE_URL": url, "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8"}
     env |= {"OUTBOX_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", "dispatcher", "run", "--until-idle"], cwd=ROOT, env=env
+        [sys.executable, "-m", "spark_outbox", "dispatcher", "run", "--until-idle"],
+        cwd=ROOT,
+        env=env,
     )
     peak: dict[int, float] = {}
     last_tenth = -1

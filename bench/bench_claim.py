@@ -27,8 +27,9 @@ from sqlalchemy.engine import Engine
 
 from bench.bench_dispatch import uptime
 from bench.database import bench_database
-from dispatcher import db, store
-from dispatcher.endpoints import add_webhook
+from spark_outbox.core import db
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.dispatch import store
 
 FREE = 20_000
 

@@ -3,7 +3,7 @@ costs a concurrent drain.
 
     python -m bench purge -- [--effects 1000000] [--drain 20000] [--rounds 3]
 
-Loads ``--effects`` finished-and-pending effects with 3 attempts each (outbox/tools/
+Loads ``--effects`` finished-and-pending effects with 3 attempts each (cli/tools/
 bulk.py) into a fresh database, cuts the finished ones into 2 x rounds slices by
 finish time, then per round (interleaved, the drain-alone run alternating before
 and after the concurrent one):
@@ -34,12 +34,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from bench.bench_dispatch import receiver, workers
-from dispatcher import db, retention, wakeup
-from dispatcher.endpoints import add_webhook
-from dispatcher.settings import Settings
-from outbox.database import database_url
-from outbox.tools import scratch
-from outbox.tools.bulk import load
+from spark_outbox.cli.database import database_url
+from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools.bulk import load
+from spark_outbox.core import db, wakeup
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import retention
 
 PAD = "x" * 260
 

@@ -23,7 +23,7 @@ ratios to the JDBC append of the same configuration:
   against the installed PySpark; the path is left out without one); no Python,
   no checks, no dedup, no marker;
 - executor COPY: the ceiling of any Spark writer that hands rows to Python:
-  every partition binary-COPYs its Arrow batches (spark_jobs.pgbinary, no
+  every partition binary-COPYs its Arrow batches (spark_outbox.spark.pgbinary, no
   per-row Python) straight into ``effects`` and commits on its own; no checks,
   no canonical JSON, no dedup, no marker. A sink doing the same write plus
   those cannot beat it.
@@ -123,8 +123,8 @@ def main(argv: list[str]) -> int:
     if not _ensure_jdbc_jar():
         print(f"no JDBC driver at {JAR}: apt-get install libpostgresql-jdbc-java")
         return 2
-    from dispatcher.settings import Settings
-    from outbox.database import database_url
+    from spark_outbox.cli.database import database_url
+    from spark_outbox.core.settings import Settings
 
     if not _build_ceiling():
         print("no javac here: the JVM COPY ceiling is left out", flush=True)
@@ -249,7 +249,7 @@ def _fmt(value: float | None, spec: str) -> str:
 @contextmanager
 def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
     """A Spark session on local[partitions], or on a fresh two-worker standalone cluster."""
-    from spark_jobs.session import build_session
+    from spark_outbox.billing.session import build_session
 
     jars = [str(JAR)] + ([str(_CEILING_JAR)] if _CEILING_JAR.exists() else [])
     conf = {"spark.jars": ",".join(jars), "spark.ui.showConsoleProgress": "false"}
@@ -260,7 +260,7 @@ def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
         finally:
             spark.stop()
         return
-    from outbox.tools.sparkcluster import StandaloneCluster
+    from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     cores = max(1, partitions // 2)
@@ -279,7 +279,7 @@ def _session(master: str, partitions: int) -> Iterator[tuple[Any, str]]:
 def _rows(spark: Any, n: int, partitions: int) -> Any:
     from pyspark.sql import functions as F
 
-    from spark_jobs.keys import effect_key_column
+    from spark_outbox.spark.keys import effect_key_column
 
     base = spark.range(0, n, 1, partitions).withColumn("customer", F.concat(F.lit("c"), "id"))
     payload = F.to_json(
@@ -304,7 +304,7 @@ def _rows(spark: Any, n: int, partitions: int) -> Any:
 
 
 def _time_sink(url: str, rows: Any) -> Timed:
-    from spark_jobs.sink import OutboxSink
+    from spark_outbox.spark.sink import OutboxSink
 
     _truncate(url)
     sink = OutboxSink(job="bench", database_url=url)
@@ -319,20 +319,20 @@ def _time_sink(url: str, rows: Any) -> Timed:
 
 
 def _time_guarded(url: str, rows: Any) -> Timed:
-    from spark_jobs.guard import VolumeGuard
+    from spark_outbox.spark.guard import VolumeGuard
 
     return _time_with_markers(url, rows, VolumeGuard())
 
 
 def _time_unguarded(url: str, rows: Any) -> Timed:
-    from spark_jobs.guard import VolumeGuard
+    from spark_outbox.spark.guard import VolumeGuard
 
     return _time_with_markers(url, rows, VolumeGuard.off())
 
 
 def _time_with_markers(url: str, rows: Any, guard: Any) -> Timed:
     """The sink after 20 earlier markers of the job (a baseline: the guard reads it)."""
-    from spark_jobs.sink import OutboxSink
+    from spark_outbox.spark.sink import OutboxSink
 
     _truncate(url)
     n = rows.count()
@@ -467,7 +467,7 @@ def _copy_partition(dsn: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from spark_jobs import pgbinary
+        from spark_outbox.spark import pgbinary
 
         columns = ("idempotency_key", "endpoint", "recipient", "payload", "payload_sha256")
         sql = f"COPY effects (job, batch_id, {', '.join(columns)}) FROM STDIN WITH (FORMAT binary)"
@@ -509,7 +509,7 @@ def _ensure_jdbc_jar() -> bool:
 
 
 def _libpq(url: str) -> str:
-    from dispatcher import db
+    from spark_outbox.core import db
 
     return db.libpq_url(url)
 
@@ -543,7 +543,7 @@ def _truncate(url: str) -> None:
 
 
 def _fresh_database(server: str) -> str:
-    from dispatcher import db
+    from spark_outbox.core import db
 
     name = f"bench_sink_{uuid.uuid4().hex[:8]}"
     conn = psycopg2.connect(db.libpq_url(server))
@@ -561,7 +561,7 @@ def _fresh_database(server: str) -> str:
 def _drop_database(server: str, url: str) -> None:
     from sqlalchemy.engine import make_url
 
-    from dispatcher import db
+    from spark_outbox.core import db
 
     conn = psycopg2.connect(db.libpq_url(server))
     conn.autocommit = True

@@ -34,9 +34,10 @@ from bench import contenders, cpu
 from bench.bench_dispatch import uptime
 from bench.database import bench_database, insert_effects, load
 from bench.receiver import serve
-from dispatcher import store, wakeup
-from dispatcher.endpoints import add_email, add_webhook
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core import wakeup
+from spark_outbox.core.endpoints import add_email, add_webhook
+from spark_outbox.dispatch import store
 
 Runner = Callable[[contenders.Ctx, int], float]
 

@@ -200,7 +200,16 @@ def _dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes
     with ctx.engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE worker_heartbeats"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", "dispatcher", "run", "--processes", str(processes), *args],
+        [
+            sys.executable,
+            "-m",
+            "spark_outbox",
+            "dispatcher",
+            "run",
+            "--processes",
+            str(processes),
+            *args,
+        ],
         cwd=ROOT,
         env=env,
     )

@@ -16,8 +16,8 @@ import os
 import threading
 from pathlib import Path
 
-from dispatcher.settings import Settings
-from outbox.tools.pgcluster import PrivateCluster
+from spark_outbox.cli.tools.pgcluster import PrivateCluster
+from spark_outbox.core.settings import Settings
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

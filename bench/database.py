@@ -13,11 +13,11 @@ from pgqueuer import AsyncpgDriver, Queries
 from sqlalchemy.engine import Engine
 
 from bench.payload import PAD
-from dispatcher import db, wakeup
-from dispatcher.endpoints import add_webhook
-from dispatcher.settings import Settings
-from outbox.database import database_url
-from outbox.tools import scratch
+from spark_outbox.cli.database import database_url
+from spark_outbox.cli.tools import scratch
+from spark_outbox.core import db, wakeup
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.settings import Settings
 
 
 @contextmanager

@@ -47,8 +47,8 @@ import asyncpg
 import psycopg2
 import uvloop
 
-from dispatcher import signing
-from dispatcher.channels.http1 import Client, Failure
+from spark_outbox.dispatch import signing
+from spark_outbox.dispatch.channels.http1 import Client, Failure
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS floor_queue (

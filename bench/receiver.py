@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 _ARRIVALS: list[tuple[str, float]] = []

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from bench import contenders
 from bench.payload import PAD
-from dispatcher import wakeup
+from spark_outbox.core import wakeup
 
 HELD = 20_000
 

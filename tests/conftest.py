@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db
-from dispatcher.settings import Settings
-from outbox.tools import scratch
-from outbox.tools.pgcluster import PrivateCluster
+from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools.pgcluster import PrivateCluster
+from spark_outbox.core import db
+from spark_outbox.core.settings import Settings
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -29,7 +29,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 def restore_logging() -> Iterator[None]:
     """Put the root logger back after each test.
 
-    ``outbox.cli.main`` configures logging for its process (a handler on the
+    ``spark_outbox.cli.main.main`` configures logging for its process (a handler on the
     current ``sys.stderr``). Called in-process, that stderr is the test's capture,
     closed when the test ends; the handler left behind made py4j's goodbye at
     interpreter exit print "--- Logging error --- ValueError: I/O operation on
@@ -50,7 +50,7 @@ def server_url() -> Iterator[str]:
     A private cluster that this test session had to start is stopped at the end;
     one that was already running (a developer's) is left running.
     """
-    settings = Settings.from_env(state_dir=Path(scratch.ROOT / ".outbox"))
+    settings = Settings.from_env(state_dir=Path(__file__).resolve().parents[1] / ".outbox")
     if settings.database_url:
         yield settings.database_url
         return
@@ -95,7 +95,7 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
 
 def insert_endpoint(engine: Engine, name: str, **values: object) -> None:
     """Register an endpoint directly (tests of code that only needs one to exist)."""
-    from dispatcher.schema import endpoints
+    from spark_outbox.core.schema import endpoints
 
     row: dict[str, object] = {
         "name": name,

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.errors import InvalidEffect
-from dispatcher.validation import _exact_canonical, payload_bytes, payload_sha256
+from spark_outbox.core.errors import InvalidEffect
+from spark_outbox.core.validation import _exact_canonical, payload_bytes, payload_sha256
 
 
 def definition(text: str) -> bytes:

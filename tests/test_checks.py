@@ -25,16 +25,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatcher import db
-from dispatcher.keys import effect_key
-from dispatcher.validation import (
+from spark_outbox.core import db
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.validation import (
     MAX_ORDERING_KEY_CHARS,
     MAX_RECIPIENT_CHARS,
     MAX_REFERENCE_CHARS,
     payload_sha256,
 )
-from spark_jobs.checks import COLUMN_SCREEN, check_row, checked_effects, raw_json
-from spark_jobs.chunks import RunTag, TaskReport, write_effects
+from spark_outbox.spark.checks import COLUMN_SCREEN, check_row, checked_effects, raw_json
+from spark_outbox.spark.chunks import RunTag, TaskReport, write_effects
 from tests.spark.helpers import EFFECT_ARROW_SCHEMA
 
 RUN = "00000000-0000-0000-0000-0000000000aa"

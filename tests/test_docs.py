@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db
+from spark_outbox.core import db
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"<!-- readme-example: (\w+)[^>]*-->\s*```\w*\n(.*?)```", re.DOTALL)

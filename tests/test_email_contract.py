@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.errors import InvalidEffect
-from dispatcher.validation import check_email_effect
+from spark_outbox.core.errors import InvalidEffect
+from spark_outbox.core.validation import check_email_effect
 
 GOOD = {"subject": "Your invoice", "text": "Hello"}
 

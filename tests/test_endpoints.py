@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher import endpoints
-from dispatcher.errors import Conflict, InvalidRequest, NotFound
+from spark_outbox.core import endpoints
+from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 
 
 def test_webhook_gets_a_generated_standard_webhooks_secret(engine: Engine) -> None:

@@ -8,11 +8,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db
-from dispatcher.enqueue import enqueue
-from dispatcher.errors import InvalidEffect, UnknownEndpoint
-from dispatcher.keys import effect_key
-from dispatcher.validation import MAX_PAYLOAD_BYTES
+from spark_outbox.core import db
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.errors import InvalidEffect, UnknownEndpoint
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.validation import MAX_PAYLOAD_BYTES
 from tests.conftest import insert_billing_endpoints, insert_endpoint
 
 KEY = effect_key("order.created", "order-1")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.keys import effect_key, encode_part, encode_parts, is_valid_key
+from spark_outbox.core.keys import effect_key, encode_part, encode_parts, is_valid_key
 
 SCALARS = st.one_of(
     st.none(),
@@ -130,7 +130,7 @@ def test_empty_namespace_is_refused() -> None:
 
 
 def test_a_revision_is_a_new_key_and_names_the_one_it_supersedes() -> None:
-    from dispatcher.keys import encode_parts, superseded_key
+    from spark_outbox.core.keys import encode_parts, superseded_key
 
     original = effect_key("invoice.issued", "B")
     assert effect_key("invoice.issued", "B", revision=1) == original

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from outbox.cli import main
+from spark_outbox.cli.main import main
 from tests.api.builders import add_attempt, add_effect
 
 

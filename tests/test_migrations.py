@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from dispatcher import db
-from dispatcher.schema import metadata
-from outbox.tools import scratch
-from spark_jobs import billing_schema
+from spark_outbox.billing import schema as billing_schema
+from spark_outbox.cli.tools import scratch
+from spark_outbox.core import db
+from spark_outbox.core.schema import metadata
 
 
 @pytest.fixture
@@ -133,7 +133,10 @@ def test_db_sql_output_builds_the_same_schema_as_the_migrations(
     server_url: str, empty_db_url: str
 ) -> None:
     printed = subprocess.run(
-        [sys.executable, "-m", "outbox", "db", "sql"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "spark_outbox", "db", "sql"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     psql = scratch.create_empty_database(server_url)
     try:

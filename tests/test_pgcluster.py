@@ -19,8 +19,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from dispatcher.errors import DatabaseUnavailable
-from outbox.tools.pgcluster import SERVER_USER, PrivateCluster
+from spark_outbox.cli.tools.pgcluster import SERVER_USER, PrivateCluster
+from spark_outbox.core.errors import DatabaseUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_cli_db_commands(tmp_path: Path, cluster: PrivateCluster) -> None:
 
     def outbox(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "outbox", *args],
+            [sys.executable, "-m", "spark_outbox", *args],
             env=env,
             capture_output=True,
             text=True,
@@ -133,7 +133,7 @@ def test_state_files_are_for_the_owner_only(cluster: PrivateCluster) -> None:
 def _outbox_db(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "outbox", "--state-dir", str(state_dir), "db", *args],
+        [sys.executable, "-m", "spark_outbox", "--state-dir", str(state_dir), "db", *args],
         env=env,
         capture_output=True,
         text=True,

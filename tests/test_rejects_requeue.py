@@ -11,16 +11,16 @@ import json
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import rejects
-from dispatcher.errors import UnknownEndpoint
-from dispatcher.keys import effect_key
+from spark_outbox.console import rejects
+from spark_outbox.core.errors import UnknownEndpoint
+from spark_outbox.core.keys import effect_key
 from tests.conftest import insert_endpoint
 
 
 def _reject(engine: Engine, i: int, not_before: object) -> str:
     key = effect_key("nb", i)
     row = {"idempotency_key": key, "endpoint": "late", "payload": '{"n": 1}'}
-    raw = json.dumps(row | {"not_before": not_before}, default=str)  # as spark_jobs.checks.raw_json
+    raw = json.dumps(row | {"not_before": not_before}, default=str)  # as spark.checks.raw_json
     with engine.begin() as conn:
         conn.execute(
             sa.text(

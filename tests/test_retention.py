@@ -11,12 +11,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db, operations, retention, store
-from dispatcher.enqueue import enqueue
-from dispatcher.errors import ConfigurationError, Conflict
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from dispatcher.worker import Worker
+from spark_outbox.console import operations
+from spark_outbox.core import db
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.errors import ConfigurationError, Conflict
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import retention, store
+from spark_outbox.dispatch.worker import Worker
 from tests.api.builders import Built, add_attempt, add_effect
 from tests.conftest import insert_billing_endpoints
 

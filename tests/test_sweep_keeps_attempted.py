@@ -8,7 +8,7 @@ import hashlib
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from spark_jobs import runs
+from spark_outbox.spark import runs
 from tests.conftest import insert_endpoint
 
 

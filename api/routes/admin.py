@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.admin_schemas import (
+from spark_outbox.api.admin_schemas import (
     EndpointPublic,
     EndpointSecretPublic,
     EndpointUpdate,
@@ -20,11 +20,11 @@ from api.admin_schemas import (
     TokenSecretPublic,
     WebhookCreate,
 )
-from api.deps import Conn, Operator
-from api.params import Name
-from api.responses import WRITE_ERRORS
-from api.schemas import ActionCreate, ActionDonePublic, BulkRequeuePublic
-from dispatcher import admin, operations
+from spark_outbox.api.deps import Conn, Operator
+from spark_outbox.api.params import Name
+from spark_outbox.api.responses import WRITE_ERRORS
+from spark_outbox.api.schemas import ActionCreate, ActionDonePublic, BulkRequeuePublic
+from spark_outbox.console import admin, operations
 
 router = APIRouter(tags=["administer"])
 

@@ -15,11 +15,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.convertors import Convertor, register_url_convertor
 
-from api.deps import Conn, Reader
-from api.params import NO_NUL, PAGE_LIMIT, Name
-from api.responses import LOOKUP_ERRORS, READ_ERRORS
-from api.schemas import BatchDetailPublic, BatchPublic, ReconciliationPublic
-from dispatcher import audit, reconcile
+from spark_outbox.api.deps import Conn, Reader
+from spark_outbox.api.params import NO_NUL, PAGE_LIMIT, Name
+from spark_outbox.api.responses import LOOKUP_ERRORS, READ_ERRORS
+from spark_outbox.api.schemas import BatchDetailPublic, BatchPublic, ReconciliationPublic
+from spark_outbox.console import audit, reconcile
 
 
 class AnyPath(Convertor[str]):

@@ -12,13 +12,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from api.deps import Conn, EngineDep, Reader, SettingsDep, masked_for
-from api.params import PAGE_LIMIT, Filter, Key
-from api.responses import LOOKUP_ERRORS, READ_ERRORS
-from api.schemas import EffectDetailPublic, EffectPagePublic
-from dispatcher import audit
-from dispatcher.filters import EffectFilter
-from dispatcher.timestamps import iso
+from spark_outbox.api.deps import Conn, EngineDep, Reader, SettingsDep, masked_for
+from spark_outbox.api.params import PAGE_LIMIT, Filter, Key
+from spark_outbox.api.responses import LOOKUP_ERRORS, READ_ERRORS
+from spark_outbox.api.schemas import EffectDetailPublic, EffectPagePublic
+from spark_outbox.console import audit
+from spark_outbox.console.filters import EffectFilter
+from spark_outbox.core.timestamps import iso
 
 router = APIRouter(tags=["read"])
 

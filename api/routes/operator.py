@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import Conn, Operator, Reader
-from api.params import PAGE_LIMIT, Key, Name
-from api.responses import READ_ERRORS, WRITE_ERRORS
-from api.schemas import (
+from spark_outbox.api.deps import Conn, Operator, Reader
+from spark_outbox.api.params import PAGE_LIMIT, Key, Name
+from spark_outbox.api.responses import READ_ERRORS, WRITE_ERRORS
+from spark_outbox.api.schemas import (
     ActionCreate,
     ActionDonePublic,
     BulkRequeueCreate,
@@ -20,8 +20,8 @@ from api.schemas import (
     RejectsRequeueCreate,
     RejectsRequeuePublic,
 )
-from dispatcher import audit, holds, operations, rejects
-from dispatcher.filters import build_filter
+from spark_outbox.console import audit, holds, operations, rejects
+from spark_outbox.console.filters import build_filter
 
 router = APIRouter(tags=["operate"])
 

@@ -7,11 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import Conn, Reader, SettingsDep
-from api.params import NO_NUL, PAGE_LIMIT
-from api.responses import READ_ERRORS
-from api.schemas import RejectPagePublic
-from dispatcher import rejects
+from spark_outbox.api.deps import Conn, Reader, SettingsDep
+from spark_outbox.api.params import NO_NUL, PAGE_LIMIT
+from spark_outbox.api.responses import READ_ERRORS
+from spark_outbox.api.schemas import RejectPagePublic
+from spark_outbox.console import rejects
 
 router = APIRouter(tags=["read"])
 

@@ -7,10 +7,11 @@ import functools
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.deps import Conn, EngineDep, Reader
-from api.responses import READ_ERRORS
-from api.schemas import StatusPublic
-from dispatcher import db, health
+from spark_outbox.api.deps import Conn, EngineDep, Reader
+from spark_outbox.api.responses import READ_ERRORS
+from spark_outbox.api.schemas import StatusPublic
+from spark_outbox.console import health
+from spark_outbox.core import db
 
 router = APIRouter()
 

@@ -39,15 +39,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from api.chart import svg as chart_svg
-from api.deps import Conn, SettingsDep, masked_for
-from api.params import Key
-from dispatcher import admin, audit, health, operations, reconcile, tokens, uncertain
-from dispatcher.errors import NotFound, OutboxError
-from dispatcher.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
-from dispatcher.settings import Settings
-from dispatcher.timestamps import iso
-from dispatcher.validation import MAX_REFERENCE_CHARS
+from spark_outbox.api.chart import svg as chart_svg
+from spark_outbox.api.deps import Conn, SettingsDep, masked_for
+from spark_outbox.api.params import Key
+from spark_outbox.console import admin, audit, health, operations, reconcile, tokens, uncertain
+from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from spark_outbox.core.errors import NotFound, OutboxError
+from spark_outbox.core.settings import Settings
+from spark_outbox.core.timestamps import iso
+from spark_outbox.core.validation import MAX_REFERENCE_CHARS
 
 COOKIE = "outbox_session"
 KEY = re.compile(r"^[0-9a-f]{64}$")

@@ -10,11 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import Field
 
-from api.deps import Conn, Operator, Reader, SettingsDep, masked_for
-from api.params import PAGE_LIMIT, Key, Name
-from api.responses import READ_ERRORS, WRITE_ERRORS
-from api.schemas import ActionCreate, Instant, Public
-from dispatcher import uncertain
+from spark_outbox.api.deps import Conn, Operator, Reader, SettingsDep, masked_for
+from spark_outbox.api.params import PAGE_LIMIT, Key, Name
+from spark_outbox.api.responses import READ_ERRORS, WRITE_ERRORS
+from spark_outbox.api.schemas import ActionCreate, Instant, Public
+from spark_outbox.console import uncertain
 
 router = APIRouter(tags=["operate"])
 

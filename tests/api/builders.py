@@ -16,9 +16,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.schema import batches, delivery_attempts, effects, key_ledger, worker_heartbeats
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.schema import (
+    batches,
+    delivery_attempts,
+    effects,
+    key_ledger,
+    worker_heartbeats,
+)
 
 
 @dataclasses.dataclass

@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from api.app import create_app
-from dispatcher import tokens
-from dispatcher.settings import Settings
-from outbox.tools.scratch import free_port
+from spark_outbox.api.app import create_app
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.console import tokens
+from spark_outbox.core.settings import Settings
 from tests.conftest import insert_billing_endpoints
 
 
@@ -101,7 +101,7 @@ def served(api_settings: Settings, endpoints: None, tmp_path: Path) -> Iterator[
         [
             sys.executable,
             "-m",
-            "outbox",
+            "spark_outbox",
             "--log-format",
             "text",
             "api",

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher import retention
+from spark_outbox.dispatch import retention
 from tests.api.builders import add_attempt, add_effect
 from tests.api.conftest import Tokens
 

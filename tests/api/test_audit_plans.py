@@ -11,11 +11,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from dispatcher import audit, db, health, operations, rejects, retention
-from dispatcher.filters import build_filter
-from dispatcher.sqlfile import queries_beside
-from outbox.tools import scratch
-from outbox.tools.bulk import load, recipient_of, reference_of
+from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools.bulk import load, recipient_of, reference_of
+from spark_outbox.console import audit, health, operations, rejects
+from spark_outbox.console.filters import build_filter
+from spark_outbox.core import db
+from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.dispatch import retention
 
 AUDIT = queries_beside(audit.__file__, "audit.sql")
 HEALTH = queries_beside(health.__file__, "health.sql")

@@ -9,11 +9,11 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from api.app import create_app
-from dispatcher import tokens
-from dispatcher.errors import Conflict, InvalidRequest
-from dispatcher.settings import Settings
-from outbox.tools import scratch
+from spark_outbox.api.app import create_app
+from spark_outbox.cli.tools import scratch
+from spark_outbox.console import tokens
+from spark_outbox.core.errors import Conflict, InvalidRequest
+from spark_outbox.core.settings import Settings
 from tests.api.conftest import Tokens
 
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Connection, Engine
 
-from dispatcher.keys import effect_key
+from spark_outbox.core.keys import effect_key
 from tests.api.conftest import Tokens
 
 JOB = "stream"

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 from sqlalchemy.engine import Engine
 
-from api.chart import BOTTOM, HEIGHT, LEFT, TOP, WIDTH, svg
-from dispatcher import health
+from spark_outbox.api.chart import BOTTOM, HEIGHT, LEFT, TOP, WIDTH, svg
+from spark_outbox.console import health
 from tests.api.builders import add_attempt, add_effect
 from tests.conftest import insert_billing_endpoints
 

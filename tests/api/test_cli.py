@@ -8,8 +8,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher import tokens
-from outbox.cli import main
+from spark_outbox.cli.main import main
+from spark_outbox.console import tokens
 from tests.api.conftest import Served
 
 

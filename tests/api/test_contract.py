@@ -23,8 +23,8 @@ from schemathesis.checks import (
 from schemathesis.python import asgi
 from sqlalchemy.engine import Engine
 
-from api.app import create_app
-from dispatcher.settings import Settings
+from spark_outbox.api.app import create_app
+from spark_outbox.core.settings import Settings
 from tests.api.builders import story
 from tests.api.conftest import Tokens
 

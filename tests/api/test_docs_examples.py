@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.schema import rejects
+from spark_outbox.core.schema import rejects
 from tests.api.builders import add_batch, add_effect
 from tests.api.conftest import Served, Tokens
 

@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher.schema import rejects
-from spark_jobs.checks import raw_json, unknown_endpoint
+from spark_outbox.core.schema import rejects
+from spark_outbox.spark.checks import raw_json, unknown_endpoint
 from tests.api.builders import story
 from tests.api.conftest import Tokens, window
 from tests.api.test_ui import _sign_in

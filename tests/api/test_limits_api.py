@@ -7,8 +7,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
 from tests.api.conftest import Tokens
 
 

@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import Engine
 
-from dispatcher.metrics import Metrics
+from spark_outbox.dispatch.metrics import Metrics
 from tests.api.builders import story
 from tests.api.conftest import Tokens
 

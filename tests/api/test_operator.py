@@ -8,8 +8,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from dispatcher import operations
-from dispatcher.errors import InvalidRequest
+from spark_outbox.console import operations
+from spark_outbox.core.errors import InvalidRequest
 from tests.api.builders import add_attempt, add_effect, story
 from tests.api.conftest import Tokens, window
 

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from api.routes.effects import spreadsheet_safe
-from dispatcher import masking
-from dispatcher.schema import key_ledger
+from spark_outbox.api.routes.effects import spreadsheet_safe
+from spark_outbox.console import masking
+from spark_outbox.core.schema import key_ledger
 from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens, window
 
@@ -254,7 +254,7 @@ def test_batches_show_marker_and_live_counts(
 def test_the_cursor_round_trips_time_and_id() -> None:
     """The cursor carries the id too, so rows sharing created_at page without gaps
     (test_search_by_recipient_pages_with_an_opaque_cursor pages through such rows)."""
-    from dispatcher.filters import Cursor
+    from spark_outbox.console.filters import Cursor
 
     at = dt.datetime(2026, 11, 22, tzinfo=dt.UTC)
     assert Cursor.decode(Cursor(at, 42).encode()) == Cursor(at, 42)

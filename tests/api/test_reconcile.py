@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher import operations, retention
-from dispatcher.endpoints import add_webhook
-from dispatcher.settings import Settings
-from outbox.cli import main
+from spark_outbox.cli.main import main
+from spark_outbox.console import operations
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import retention
 from tests.api.builders import add_batch
 from tests.api.conftest import Tokens
 from tests.dispatcher.conftest import Receiver, run_worker

@@ -8,10 +8,10 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher.enqueue import enqueue
-from dispatcher.errors import InvalidEffect
-from dispatcher.keys import effect_key
-from dispatcher.validation import MAX_REFERENCE_CHARS
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.errors import InvalidEffect
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.validation import MAX_REFERENCE_CHARS
 from tests.api.builders import add_batch
 from tests.api.conftest import Tokens, window
 

@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from api.app import create_app
-from dispatcher import tokens
-from dispatcher.settings import Settings
+from spark_outbox.api.app import create_app
+from spark_outbox.console import tokens
+from spark_outbox.core.settings import Settings
 from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens
 

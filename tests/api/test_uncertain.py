@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from dispatcher import tokens
+from spark_outbox.console import tokens
 from tests.api.builders import Built, add_effect
 from tests.api.conftest import Tokens
 from tests.api.test_ui import _sign_in

@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db, tokens
-from dispatcher.schema import rejects
-from outbox.cli import main
+from spark_outbox.cli.main import main
+from spark_outbox.console import tokens
+from spark_outbox.core import db
+from spark_outbox.core.schema import rejects
 from tests.api.builders import story
 from tests.conftest import insert_billing_endpoints
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.cli import build_parser, log_format
+from spark_outbox.cli.main import build_parser, log_format
 
 
 def _parsers(

@@ -14,10 +14,10 @@ import httpx
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
-from dispatcher.settings import Settings
-from outbox.cli import CLOSED_PIPE_EXIT
-from outbox.tools.scratch import free_port
+from spark_outbox.api.app import create_app
+from spark_outbox.cli.main import CLOSED_PIPE_EXIT
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core.settings import Settings
 from tests.dispatcher import procs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ METRIC = re.compile(r"`(outbox_[a-z_]+)(?:\{[^`]*\})?`")
 
 def _outbox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "outbox", *args],
+        [sys.executable, "-m", "spark_outbox", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -40,7 +40,7 @@ def _outbox(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 def test_db_sql_into_a_closed_pipe_exits_quietly() -> None:
     """``outbox db sql | head -1``: no BrokenPipe traceback, the exit status of SIGPIPE."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", "db", "sql"],
+        [sys.executable, "-m", "spark_outbox", "db", "sql"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -112,7 +112,7 @@ def test_a_dispatcher_logs_its_allow_list_and_exports_the_metrics_the_docs_list(
     env = procs.worker_env(db_url, OUTBOX_LOG_LEVEL="INFO")
     run = ["dispatcher", "run", "--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", *run],
+        [sys.executable, "-m", "spark_outbox", *run],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

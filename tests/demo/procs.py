@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from outbox.tools.scratch import ROOT
+from spark_outbox.cli.tools.scratch import ROOT
 
 
 @contextmanager
@@ -21,7 +21,7 @@ def outbox_process(*args: str, env: dict[str, str] | None = None) -> Iterator[tu
     Stops it with SIGTERM at the end and checks it exited cleanly (0).
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "outbox", *args],
+        [sys.executable, "-m", "spark_outbox", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,

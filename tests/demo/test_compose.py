@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from outbox.tools.scratch import ROOT
+from spark_outbox.cli.tools.scratch import ROOT
 
 COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(

@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from outbox.tools.scratch import ROOT
+from spark_outbox.cli.tools.scratch import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory, server_url: str, template_name: str) -> Any:
-    from outbox.tools import scratch
+    from spark_outbox.cli.tools import scratch
 
     url = scratch.clone_template(server_url, template_name)
     tmp = tmp_path_factory.mktemp("demo")
     report_path = tmp / "report.json"
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "outbox", "--log-format", "text", "demo", "--no-serve",
+            [sys.executable, "-m", "spark_outbox", "--log-format", "text", "demo", "--no-serve",
              "--customers", "50", "--events", "2000", "--seed", "7",
              "--batch-days", "1", "--stream-days", "2",
              "--report-json", str(report_path)],

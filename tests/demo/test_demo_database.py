@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from outbox.tools.scratch import ROOT
+from spark_outbox.cli.tools.scratch import ROOT
 
 
 def test_a_database_that_already_holds_effects_is_refused(db_url: str, tmp_path: Path) -> None:
-    from dispatcher import db
-    from dispatcher.enqueue import enqueue
-    from dispatcher.keys import effect_key
+    from spark_outbox.core import db
+    from spark_outbox.core.enqueue import enqueue
+    from spark_outbox.core.keys import effect_key
     from tests.conftest import insert_endpoint
 
     engine = db.create_engine(db_url, pool_size=1)
@@ -26,7 +26,7 @@ def test_a_database_that_already_holds_effects_is_refused(db_url: str, tmp_path:
     finally:
         engine.dispose()
     result = subprocess.run(
-        [sys.executable, "-m", "outbox", "demo", "--no-serve"],
+        [sys.executable, "-m", "spark_outbox", "demo", "--no-serve"],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": db_url, "OUTBOX_STATE_DIR": str(tmp_path)},
         capture_output=True,

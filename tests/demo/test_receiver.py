@@ -13,8 +13,8 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from dispatcher.endpoints import generate_signing_secret
-from dispatcher.receipts import fails
+from spark_outbox.cli.tools.receipts import fails
+from spark_outbox.core.endpoints import generate_signing_secret
 from tests.demo.procs import outbox_process
 
 SECRET = generate_signing_secret()
@@ -118,7 +118,7 @@ def test_failures_are_deterministic_by_seed_and_retries_get_through() -> None:
 
 
 def test_a_bad_fail_rate_is_refused_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
-    from outbox.cli import main
+    from spark_outbox.cli.main import main
 
     assert main(["receiver", "serve", "--port", "0", "--fail-rate", "5"]) == 2
     assert "fail rate 5.0 is not in [0, 1]; give e.g. 0.05" in capsys.readouterr().err

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from sqlalchemy.engine import Engine
 
-from dispatcher.settings import Settings
-from dispatcher.worker import Worker
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch.worker import Worker
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""Run the real CLI (`python -m outbox dispatcher run`) as child processes."""
+"""Run the real CLI (`python -m spark_outbox dispatcher run`) as child processes."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def worker_env(db_url: str, **extra: str) -> dict[str, str]:
 def start(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (owned by the child)
     return subprocess.Popen(
-        [sys.executable, "-m", "outbox", "dispatcher", "run", *args],
+        [sys.executable, "-m", "spark_outbox", "dispatcher", "run", *args],
         cwd=ROOT,
         env=env,
         stdout=out,

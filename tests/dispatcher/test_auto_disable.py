@@ -10,10 +10,11 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
-from api.app import create_app
-from dispatcher import operations, tokens
-from dispatcher.endpoints import add_webhook
-from dispatcher.settings import Settings
+from spark_outbox.api.app import create_app
+from spark_outbox.console import operations, tokens
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import store
 from tests.api.test_ui import _sign_in
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, run_worker
@@ -64,10 +65,10 @@ def test_one_old_failure_does_not_disable_an_idle_endpoint(engine: Engine) -> No
                 " failing_since = now() - interval '30 days' WHERE endpoint = 'quiet'"
             )
         )
-        assert operations.auto_disable(conn, after_s=5 * 86400) == []
+        assert store.disable_failing(conn, after_s=5 * 86400) == []
         conn.execute(sa.text("UPDATE endpoint_budgets SET failures = 10"))
-        assert operations.auto_disable(conn, after_s=5 * 86400) == ["quiet"]
-        assert operations.auto_disable(conn, after_s=5 * 86400) == []  # once
+        assert store.disable_failing(conn, after_s=5 * 86400) == ["quiet"]
+        assert store.disable_failing(conn, after_s=5 * 86400) == []  # once
         operations.resume_endpoint(conn, "quiet", actor="ops", reason="receiver fixed")
         streak = conn.execute(
             sa.text("SELECT failures, failing_since FROM endpoint_budgets WHERE endpoint = 'quiet'")

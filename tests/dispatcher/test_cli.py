@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
-from dispatcher import db, endpoints
-from dispatcher.endpoints import secret_bytes
-from dispatcher.metrics import Metrics
-from dispatcher.settings import Settings
-from outbox.cli import main
+from spark_outbox.cli.main import main
+from spark_outbox.core import db, endpoints
+from spark_outbox.core.endpoints import secret_bytes
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch.metrics import Metrics
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, run_worker
 
@@ -132,7 +132,7 @@ def _outbox(
 ) -> subprocess.CompletedProcess[str]:
     """The real ``outbox`` command in its own process, as an operator runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "outbox", "--log-format", "text", *argv],
+        [sys.executable, "-m", "spark_outbox", "--log-format", "text", *argv],
         env={**os.environ, "DATABASE_URL": db_url, **env},
         input=stdin,
         capture_output=True,

@@ -14,12 +14,12 @@ import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 from sqlalchemy.engine import Engine
 
-from dispatcher.channels.smtp import message_id
-from dispatcher.endpoints import add_email
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core.endpoints import add_email
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch.channels.smtp import message_id
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import run_worker
 

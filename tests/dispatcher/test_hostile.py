@@ -20,13 +20,13 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher import db
-from dispatcher.endpoints import add_webhook
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from dispatcher.worker import Worker
-from outbox.tools import scratch
+from spark_outbox.cli.tools import scratch
+from spark_outbox.core import db
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch.worker import Worker
 from tests.dispatcher.hostile import KINDS, Behaviour, HostileReceiver
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,8 @@ import trustme
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.channels.http1 import (
+from spark_outbox.core.outside import EXCERPT_BYTES
+from spark_outbox.dispatch.channels.http1 import (
     LEARNED_FLOOR_S,
     MAX_HEAD_BYTES,
     Answer,
@@ -32,7 +33,6 @@ from dispatcher.channels.http1 import (
     Failure,
     _reuse_limit,
 )
-from dispatcher.outside import EXCERPT_BYTES
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"

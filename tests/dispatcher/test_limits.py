@@ -22,8 +22,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import store
-from dispatcher.endpoints import add_webhook
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.dispatch import store
 from tests.conftest import insert_endpoint
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply

@@ -15,10 +15,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.endpoints import add_webhook
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 
 KEYS = 4
@@ -103,7 +103,7 @@ def test_a_dead_earlier_effect_unblocks_the_next_and_other_keys_never_wait(
 def test_the_claim_takes_only_the_head_of_each_key_and_unordered_endpoints_take_all(
     engine: Engine,
 ) -> None:
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine)
     claimed = store.claim(engine, "w", 100, 30)
@@ -163,7 +163,7 @@ def _claim_walk_plan(engine: Engine, options: str) -> str:
 def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_them(
     engine: Engine,
 ) -> None:
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine)
     # Every effect but each key's first; none of the unordered endpoint's.
@@ -185,7 +185,7 @@ def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_t
 def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it(
     engine: Engine, how: str
 ) -> None:
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine, plain=False)
     store.park_blocked(engine)
@@ -206,7 +206,8 @@ def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it
 def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
     engine: Engine,
 ) -> None:
-    from dispatcher import admin, store
+    from spark_outbox.console import admin
+    from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine, plain=False)
     assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
@@ -223,7 +224,7 @@ def test_parking_beside_finishing_effects_never_strands_one(engine: Engine) -> N
     finishes it: every effect is finished in its key's order, and none is left parked
     with nothing earlier unfinished (the FOR SHARE on the earlier effect: without it a
     head that finishes between the pass's snapshot and its commit strands the next)."""
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     keys, per_key = 8, 25
     with engine.begin() as conn:
@@ -294,7 +295,7 @@ def test_a_parking_pass_probes_its_window_only_when_statistics_say_the_queue_is_
     all due rows: 5-7 s a pass in the bench, 146 s here, the recorder waiting on its
     locks. Now: one probe per window row, each in ix_effects_ordering; each blocked
     row locked by its primary key."""
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     _burst_after_stale_statistics(engine, keys=100)
     with engine.connect() as conn, conn.begin() as tx:
@@ -323,7 +324,8 @@ def test_the_ordering_probe_stays_on_its_index_when_statistics_say_the_queue_is_
     an earlier unfinished effect must still be one step in ix_effects_ordering, not
     a walk of the endpoint's range of ix_effects_due (8.2 s for one claim behind
     29,000 waiting effects before migration 1104)."""
-    from dispatcher import db, store
+    from spark_outbox.core import db
+    from spark_outbox.dispatch import store
 
     _burst_after_stale_statistics(engine, keys=1000)
     dispatcher_engine = db.create_engine(db_url, **store.ENGINE_OPTIONS)
@@ -341,7 +343,7 @@ def test_a_finished_effect_wakes_the_dispatchers_for_the_next_of_its_key(
     """A long-running worker polling every 5 s: each effect of one key goes out as
     soon as the one before it is recorded (the trigger's NOTIFY), not at the next
     poll (5 effects: 15 s without the notification, checked)."""
-    from dispatcher.worker import Worker
+    from spark_outbox.dispatch.worker import Worker
 
     settings = dataclasses.replace(fast, poll_interval_s=5.0)
     with engine.begin() as conn:
@@ -379,7 +381,7 @@ def test_a_finished_effect_wakes_the_dispatchers_for_the_next_of_its_key(
 def test_nothing_is_parked_on_a_schema_without_the_waking_trigger(engine: Engine) -> None:
     """A dispatcher newer than the database's migrations parks nothing: with no
     trigger to wake them, parked effects would wait for ever."""
-    from dispatcher import store
+    from spark_outbox.dispatch import store
 
     with engine.begin() as conn:
         add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)

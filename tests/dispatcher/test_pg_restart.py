@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from dispatcher import db
-from dispatcher.endpoints import add_webhook
-from outbox.tools.pgcluster import PrivateCluster
+from spark_outbox.cli.tools.pgcluster import PrivateCluster
+from spark_outbox.core import db
+from spark_outbox.core.endpoints import add_webhook
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
 

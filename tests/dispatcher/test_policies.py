@@ -10,8 +10,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
-from dispatcher import retry, signing, ssrf
-from dispatcher.endpoints import generate_signing_secret, secret_bytes
+from spark_outbox.core.endpoints import generate_signing_secret, secret_bytes
+from spark_outbox.dispatch import retry, signing, ssrf
 
 
 @pytest.mark.parametrize(

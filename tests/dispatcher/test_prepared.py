@@ -1,7 +1,7 @@
 """The claim and the record as statements prepared once per connection, on a real
 PostgreSQL.
 
-Why it exists (dispatcher/prepared.py): planning was ~70 % of a small claim's
+Why it exists (dispatcher/dispatch/prepared.py): planning was ~70 % of a small claim's
 cost. The traps it avoids are asserted here: a LIMIT left as a parameter gives a
 generic plan that scans the whole outbox; a statement gone from the server (a
 ``DISCARD ALL``) must be prepared again, not fail the claim or the record; the
@@ -24,12 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatcher import db, prepared, store
-from dispatcher.endpoints import add_webhook
-from dispatcher.enqueue import enqueue
-from dispatcher.errors import ConfigurationError
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
+from spark_outbox.core import db
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.errors import ConfigurationError
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import prepared, store
 from tests.conftest import insert_endpoint
 from tests.dispatcher.conftest import Receiver, run_worker
 

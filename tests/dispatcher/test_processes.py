@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.endpoints import add_webhook
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core.endpoints import add_webhook
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
 

@@ -9,9 +9,9 @@ import logging
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher.endpoints import add_webhook
-from dispatcher.logs import JsonFormatter, TextFormatter
-from dispatcher.settings import Settings
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.logs import JsonFormatter, TextFormatter
+from spark_outbox.core.settings import Settings
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 
@@ -23,7 +23,7 @@ def test_the_worker_logs_what_it_settled_the_rate_and_the_queue_every_interval(
     with engine.begin() as conn:
         add_webhook(conn, name="hook", url=receiver.url())
     procs.enqueue_many(engine, 40)
-    caplog.set_level(logging.INFO, logger="dispatcher.worker")
+    caplog.set_level(logging.INFO, logger="spark_outbox.dispatch.worker")
     s = dataclasses.replace(fast, progress_interval_s=0.2, concurrency=4)
     assert run_worker(s, engine, idle_within_s=0.5) == 0
     lines = [r for r in caplog.records if getattr(r, "event", None) == "worker.progress"]
@@ -41,7 +41,7 @@ def test_the_worker_logs_what_it_settled_the_rate_and_the_queue_every_interval(
 def test_progress_interval_zero_turns_the_line_off(
     engine: Engine, fast: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="dispatcher.worker")
+    caplog.set_level(logging.INFO, logger="spark_outbox.dispatch.worker")
     s = dataclasses.replace(fast, progress_interval_s=0.0)
     assert run_worker(s, engine, idle_within_s=0.3) == 0
     assert not [r for r in caplog.records if getattr(r, "event", None) == "worker.progress"]

@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatcher import outside, store
-from dispatcher.dbcalls import DbCalls
-from dispatcher.metrics import Metrics
-from dispatcher.recorder import Recorder
+from spark_outbox.core import outside
+from spark_outbox.dispatch import store
+from spark_outbox.dispatch.dbcalls import DbCalls
+from spark_outbox.dispatch.metrics import Metrics
+from spark_outbox.dispatch.recorder import Recorder
 from tests.conftest import insert_endpoint
 from tests.dispatcher import procs
 

@@ -11,10 +11,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from standardwebhooks import Webhook
 
-from dispatcher import admin
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
+from spark_outbox.console import admin
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
 from tests.dispatcher.conftest import Receiver, run_worker
 
 

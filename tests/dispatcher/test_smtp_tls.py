@@ -19,12 +19,12 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 from sqlalchemy.engine import Engine
 
-from dispatcher.endpoints import add_email
-from dispatcher.enqueue import enqueue
-from dispatcher.errors import InvalidRequest
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core.endpoints import add_email
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.errors import InvalidRequest
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
 from tests.dispatcher.conftest import run_worker
 
 USER, PASSWORD = "billing", "s3cret-pw"
@@ -196,7 +196,7 @@ def test_a_server_that_drips_its_replies_cannot_hold_a_send_past_the_deadline(
         server = await asyncio.start_server(drip, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         _endpoint(engine, port, timeout_s=1.0, smtp_username=None, smtp_password=None)
-        from dispatcher.worker import Worker
+        from spark_outbox.dispatch.worker import Worker
 
         worker = Worker(fast, engine, database_url=fast.database_url, until_idle=True)
         try:
@@ -213,7 +213,7 @@ def test_a_server_that_drips_its_replies_cannot_hold_a_send_past_the_deadline(
 def test_the_cli_refuses_a_password_over_plaintext_and_accepts_the_explicit_opt_in(
     db_url: str, engine: Engine, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from outbox.cli import main
+    from spark_outbox.cli.main import main
 
     monkeypatch.setenv("SMTP_PW", PASSWORD)
     monkeypatch.setenv("DATABASE_URL", db_url)  # a password never goes in argv

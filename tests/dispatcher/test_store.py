@@ -10,11 +10,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db, store
-from dispatcher.endpoints import pause
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from spark_jobs.runs import engine_for
+from spark_outbox.core import db
+from spark_outbox.core.endpoints import pause
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.dispatch import store
+from spark_outbox.spark.runs import engine_for
 from tests.conftest import insert_endpoint
 
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.endpoints import add_webhook
+from spark_outbox.core.endpoints import add_webhook
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver
 

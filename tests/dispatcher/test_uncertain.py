@@ -22,12 +22,12 @@ import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 from sqlalchemy.engine import Engine
 
-from dispatcher import store
-from dispatcher.endpoints import add_email, add_webhook
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from outbox.tools.scratch import free_port
+from spark_outbox.cli.tools.scratch import free_port
+from spark_outbox.core.endpoints import add_email, add_webhook
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import store
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import run_worker
 
@@ -172,7 +172,7 @@ def _attempts(engine: Engine, key: str) -> list[tuple[str, str | None, str]]:
 
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "outbox", *args],
+        [sys.executable, "-m", "spark_outbox", *args],
         cwd=procs.ROOT,
         env=procs.worker_env(db_url),
         capture_output=True,

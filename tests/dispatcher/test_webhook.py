@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from standardwebhooks import Webhook
 
-from dispatcher.endpoints import add_webhook
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
+from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 
 
@@ -226,7 +226,7 @@ def test_a_sender_that_crashes_stops_the_worker_with_a_non_zero_exit(
 ) -> None:
     """Senders catch every error of an attempt; one that dies anyway (a bug) must not
     leave the worker running with fewer senders in silence: it stops, exit 1."""
-    from dispatcher.worker import Worker
+    from spark_outbox.dispatch.worker import Worker
 
     _setup(engine, receiver.url("/hook"), n=3)
     calls: list[int] = []

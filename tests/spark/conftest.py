@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.session import build_session
+from spark_outbox.billing.session import build_session
 from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
 
 
@@ -21,8 +21,8 @@ def spark() -> Iterator[Any]:
 @pytest.fixture
 def second_db(server_url: str, template_name: str) -> Iterator[tuple[str, Any]]:
     """Another fresh database, for comparing two runs side by side."""
-    from dispatcher import db
-    from outbox.tools import scratch
+    from spark_outbox.cli.tools import scratch
+    from spark_outbox.core import db
 
     url = scratch.clone_template(server_url, template_name)
     engine = db.create_engine(url)

@@ -10,9 +10,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.keys import effect_key
-from spark_jobs.results import ResultsSpec
-from spark_jobs.sink import OutboxSink
+from spark_outbox.core.keys import effect_key
+from spark_outbox.spark.results import ResultsSpec
+from spark_outbox.spark.sink import OutboxSink
 
 # What executors receive: the effects contract's columns as Arrow types.
 EFFECT_ARROW_SCHEMA = pa.schema(
@@ -98,7 +98,7 @@ def numbers_query(
     file per micro-batch; the payload carries v, so a changed v is a changed payload."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.keys import effect_key_column
+    from spark_outbox.spark.keys import effect_key_column
 
     def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
         effects = batch.select(

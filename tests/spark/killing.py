@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from outbox.tools.scratch import ROOT
+from spark_outbox.cli.tools.scratch import ROOT
 
 
 def billing_command(*args: str) -> list[str]:
@@ -19,7 +19,7 @@ def billing_command(*args: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "outbox",
+        "spark_outbox",
         "--log-level",
         "WARNING",
         "spark",

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from spark_jobs import billing_run
-from spark_jobs.generate import generate
+from spark_outbox.billing import run as billing_run
+from spark_outbox.billing.generate import generate
 from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, table
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from outbox.tools.sparkcluster import StandaloneCluster
-from spark_jobs import billing_run
-from spark_jobs.generate import generate
+from spark_outbox.billing import run as billing_run
+from spark_outbox.billing.generate import generate
+from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command

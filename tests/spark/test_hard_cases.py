@@ -18,13 +18,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher import db, store
-from dispatcher.enqueue import enqueue
-from dispatcher.sqlfile import queries_beside
-from outbox.tools.bulk import load
-from spark_jobs import commit, runs
-from spark_jobs.chunks import RunTag
-from spark_jobs.sink import OutboxSink
+from spark_outbox.cli.tools.bulk import load
+from spark_outbox.core import db
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.dispatch import store
+from spark_outbox.spark import commit, runs
+from spark_outbox.spark.chunks import RunTag
+from spark_outbox.spark.sink import OutboxSink
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import EFFECT_SCHEMA, effect_rows, sink, table
 

@@ -1,4 +1,4 @@
-"""The Spark key expression and ``dispatcher.keys.effect_key`` agree byte for byte."""
+"""The Spark key expression and ``spark_outbox.core.keys.effect_key`` agree byte for byte."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.errors import InvalidEffect
-from dispatcher.keys import effect_key, encode_parts
-from spark_jobs.keys import effect_key_column, encoded_parts_column
+from spark_outbox.core.errors import InvalidEffect
+from spark_outbox.core.keys import effect_key, encode_parts
+from spark_outbox.spark.keys import effect_key_column, encoded_parts_column
 
 pytestmark = pytest.mark.spark
 

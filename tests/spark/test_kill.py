@@ -1,6 +1,6 @@
 """kill -9 of the Spark driver at named and random points; a re-run equals a clean run.
 
-Every victim run is a real driver process (``python -m outbox spark run billing``)
+Every victim run is a real driver process (``python -m spark_outbox spark run billing``)
 SIGKILLed by this test. Named points pause the driver (or an executor) at a
 phase: an executor mid-write (its first chunk of effects committed into the
 outbox, invisible), after the executors wrote and before the marker, just
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from spark_jobs import billing_run
-from spark_jobs.generate import generate
+from spark_outbox.billing import run as billing_run
+from spark_outbox.billing.generate import generate
 from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command

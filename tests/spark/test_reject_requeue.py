@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher import rejects
-from dispatcher.errors import UnknownEndpoint
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
+from spark_outbox.console import rejects
+from spark_outbox.core.errors import UnknownEndpoint
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
 from tests.conftest import insert_endpoint
 from tests.dispatcher.conftest import Receiver, run_worker
 from tests.spark.helpers import sink, table

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from dispatcher.enqueue import enqueue
-from dispatcher.keys import effect_key
-from spark_jobs import phases
-from spark_jobs.outcome import InvalidRows
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.spark import phases
+from spark_outbox.spark.outcome import InvalidRows
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import (
     EFFECT_SCHEMA,
@@ -173,7 +173,7 @@ def test_key_enqueued_by_enqueue_is_no_mismatch_for_the_same_payload(
 
 
 def test_add_mode_adds_to_stored_values(spark: Any, db_url: str, hook: Engine) -> None:
-    from spark_jobs.results import ResultsSpec
+    from spark_outbox.spark.results import ResultsSpec
 
     spec = ResultsSpec("invoices", ("invoice_id",), "add", ("amount", "units", "event_count"))
     for batch in ("b1", "b2"):

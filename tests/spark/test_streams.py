@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher.errors import ConfigurationError
+from spark_outbox.core.errors import ConfigurationError
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import EFFECTS_SNAPSHOT, numbers_query, sink, table
 
@@ -69,7 +69,7 @@ def test_restart_from_the_same_checkpoint_skips_the_replayed_batch_and_doubles_n
     # Spark forgets that batch 1 committed: on restart it runs batch 1 again.
     for name in ("1", ".1.crc"):
         os.remove(checkpoint / "commits" / name)
-    with caplog.at_level(logging.INFO, logger="spark_jobs.sink"):
+    with caplog.at_level(logging.INFO, logger="spark_outbox.spark.sink"):
         assert _run(spark, source, checkpoint, db_url) == query_id
     replays = [r for r in caplog.records if getattr(r, "event", "") == "batch.replayed"]
     assert [r.batch_id for r in replays] == [f"{query_id}/1"]

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
-from dispatcher import holds
-from dispatcher.errors import Conflict
-from dispatcher.keys import effect_key
-from dispatcher.settings import Settings
-from spark_jobs.guard import Limits, VolumeGuard
+from spark_outbox.console import holds
+from spark_outbox.core.errors import Conflict
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.settings import Settings
+from spark_outbox.spark.guard import Limits, VolumeGuard
 from tests.conftest import insert_endpoint
 from tests.dispatcher.conftest import Receiver, run_worker
 from tests.spark.helpers import EFFECT_SCHEMA, sink, table
@@ -118,7 +118,7 @@ LEFT_BEHIND = (
 def test_preview_reports_what_a_write_would_do_and_leaves_nothing_behind(
     spark: Any, db_url: str, engine: Engine
 ) -> None:
-    from outbox.spark_cmd import preview_text
+    from spark_outbox.cli.spark_cmd import preview_text
 
     insert_endpoint(engine, "hook")
     guarded = sink(db_url, volume_guard=VolumeGuard(Limits(factor=3, min_effects=1, min_batches=1)))
@@ -161,7 +161,7 @@ INVOICE_EFFECTS = "invoice_id string, revision int, amount long"
 def _invoice_effects(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
     from pyspark.sql import functions as F
 
-    from spark_jobs.keys import effect_key_column, supersedes_column
+    from spark_outbox.spark.keys import effect_key_column, supersedes_column
 
     df = spark.createDataFrame(rows, INVOICE_EFFECTS)
     identity = ("invoice.issued", df.schema, "invoice_id")
@@ -177,8 +177,8 @@ def _invoice_effects(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
 def test_a_correction_is_a_new_key_linked_both_ways_and_a_changed_rerun_is_surfaced(
     spark: Any, db_url: str, engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from dispatcher import audit, health
-    from dispatcher.keys import superseded_key
+    from spark_outbox.console import audit, health
+    from spark_outbox.core.keys import superseded_key
 
     insert_endpoint(engine, "hook")
     plain = sink(db_url, results=None)
@@ -187,7 +187,7 @@ def test_a_correction_is_a_new_key_linked_both_ways_and_a_changed_rerun_is_surfa
     assert {r[0] for r in table(engine, "SELECT idempotency_key FROM effects")} == {a1, b1}
 
     # A re-run that computed another amount for B: counted, logged by key, on the status.
-    with caplog.at_level("WARNING", logger="spark_jobs.notices"):
+    with caplog.at_level("WARNING", logger="spark_outbox.spark.notices"):
         rerun = plain.write(None, _invoice_effects(spark, [("B", 1, 25)]), batch_id="d1-rerun")
     assert (rerun.effects_new, rerun.payload_mismatches) == (0, 1)
     warned = [r for r in caplog.records if getattr(r, "event", "") == "batch.payload_mismatch"]

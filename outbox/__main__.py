@@ -1,3 +1,0 @@
-from outbox.cli import main
-
-raise SystemExit(main())
