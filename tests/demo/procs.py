@@ -9,9 +9,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from spark_outbox.cli.tools.scratch import ROOT
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 @contextmanager

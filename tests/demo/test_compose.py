@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_outbox.cli.tools.scratch import ROOT
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+
 
 COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from spark_outbox.cli.tools.scratch import ROOT
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 

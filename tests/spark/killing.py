@@ -9,8 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
-from spark_outbox.cli.tools.scratch import ROOT
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def billing_command(*args: str) -> list[str]:

@@ -1,0 +1,103 @@
+"""Pydantic models of the administration routes (endpoints, secrets, tokens, recover).
+
+A model that carries a secret (``*SecretPublic``) is returned once, to the
+operator who created or rotated it, with ``Cache-Control: no-store``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import BaseModel, Field
+
+from spark_outbox.api.schemas import ActionCreate, Public
+
+NO_NUL = r"^[^\x00]*$"
+
+
+class EndpointPublic(Public):
+    name: str
+    kind: str
+    url: str | None
+    smtp_host: str | None
+    smtp_port: int | None
+    mail_from: str | None
+    timeout_s: float
+    retry_schedule_s: list[float] | None
+    rate_limit_per_s: float | None = Field(description="sends per second, all dispatchers together")
+    max_in_flight: int | None = Field(description="sends in flight, all dispatchers together")
+    ordered: bool = Field(description="per-key ordering: an effect waits for earlier ones")
+    deduplicates: bool = Field(
+        description="the receiver honours the idempotency key; if false, a send whose outcome "
+        "is unknown becomes 'uncertain' instead of being sent again"
+    )
+    enabled: bool
+    paused_reason: str | None
+    resting_until: dt.datetime | None = Field(
+        None, description="circuit breaker: no dispatcher sends to it before this"
+    )
+    previous_secret_expires_at: dt.datetime | None = Field(
+        description="while in the future, deliveries are also signed with the previous secret"
+    )
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class WebhookCreate(ActionCreate):
+    name: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+    url: str = Field(min_length=1, max_length=2000, pattern=NO_NUL)
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    retry_schedule_s: list[float] | None = Field(None, max_length=50)
+    rate_limit_per_s: float | None = Field(None, gt=0)
+    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    ordered: bool = False
+    deduplicates: bool = Field(
+        True, description="false if the receiver does not honour the webhook-id header"
+    )
+
+
+class EndpointSecretPublic(BaseModel):
+    endpoint: EndpointPublic
+    signing_secret: str = Field(description="shown once: give it to the receiver now")
+
+
+class EndpointUpdate(ActionCreate):
+    """Only the fields sent change; ``null`` clears retry_schedule_s, rate_limit_per_s
+    and max_in_flight."""
+
+    url: str | None = Field(None, min_length=1, max_length=2000, pattern=NO_NUL)
+    timeout_s: float | None = Field(None, gt=0, le=600)
+    retry_schedule_s: list[float] | None = Field(None, max_length=50)
+    rate_limit_per_s: float | None = Field(None, gt=0)
+    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    ordered: bool | None = None
+    deduplicates: bool | None = None
+
+
+class RotateSecretCreate(ActionCreate):
+    overlap_s: float = Field(
+        86400.0, ge=0, le=30 * 86400, description="the old secret keeps signing this long"
+    )
+
+
+class RotationPublic(BaseModel):
+    endpoint: str
+    signing_secret: str = Field(description="shown once: give it to the receiver now")
+    previous_valid_until: dt.datetime | None
+
+
+class RecoverCreate(ActionCreate):
+    since: dt.datetime = Field(description="requeue effects that died at or after this time")
+    cap: int = Field(1000, ge=1, le=10_000, description="refuse if more dead effects match")
+    dry_run: bool = Field(True, description="only count; send false to requeue")
+
+
+class TokenCreate(ActionCreate):
+    name: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
+    role: str = Field(pattern=r"^(support|operator)$")
+
+
+class TokenSecretPublic(BaseModel):
+    name: str
+    role: str
+    token: str = Field(description="shown once; only its sha256 is stored")

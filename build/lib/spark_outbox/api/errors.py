@@ -1,0 +1,73 @@
+"""The one table that maps domain errors to HTTP status codes.
+
+Domain errors (``spark_outbox.core.errors`` and friends) know nothing of HTTP; routes
+let them propagate and this module shapes the response. A 422 from the domain
+(a bad filter, an empty reason) uses FastAPI's own validation-error shape, with
+``loc`` naming the field and ``msg`` saying the problem and the fix, so clients
+see one 422 format.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from spark_outbox.api.routes.ui import error_page
+from spark_outbox.console.tokens import AuthenticationFailed, PermissionDenied
+from spark_outbox.core.errors import (
+    ConfigurationError,
+    Conflict,
+    DatabaseUnavailable,
+    InvalidInput,
+    NotFound,
+    OutboxError,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[OutboxError], int] = {
+    AuthenticationFailed: 401,
+    PermissionDenied: 403,
+    NotFound: 404,
+    Conflict: 409,
+    InvalidInput: 422,
+    ConfigurationError: 500,
+    DatabaseUnavailable: 503,
+}
+
+
+def status_for(exc: OutboxError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return 500
+
+
+def _json(exc: OutboxError, request: Request) -> JSONResponse:
+    status = status_for(exc)
+    if status == 422 and isinstance(exc, InvalidInput):
+        where = "query" if request.method == "GET" else "body"
+        item = {
+            "loc": [where, exc.field],
+            "msg": f"{exc.problem}; {exc.fix}",
+            "type": "value_error",
+        }
+        return JSONResponse({"detail": [item]}, status_code=422)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, DatabaseUnavailable):
+        # The cause (host, port, driver text) is for the log, not for clients.
+        log.error("database unavailable", extra={"event": "api.database_unavailable"})
+        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers; the support page renders its own error pages."""
+
+    @app.exception_handler(OutboxError)
+    async def outbox_error(request: Request, exc: OutboxError) -> Response:
+        if request.url.path.startswith("/ui"):
+            return error_page(request, exc, status_for(exc))
+        return _json(exc, request)

@@ -1,0 +1,3 @@
+from spark_outbox.cli.main import main
+
+raise SystemExit(main())

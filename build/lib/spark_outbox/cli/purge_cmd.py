@@ -1,0 +1,60 @@
+"""``outbox purge --older-than 30d [--dry-run]``: retention, once, from the command line.
+
+Finished effects (delivered, dead, cancelled) whose finish is older than the
+cutoff lose their payload and attempts in small batches (dispatcher/dispatch/retention.py);
+their key stays known. The same purge runs on a schedule inside a dispatcher when
+``OUTBOX_RETENTION_OLDER_THAN`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from spark_outbox.cli.database import cli_actor, engine_for
+from spark_outbox.core.durations import describe_s, parse_duration_s
+from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import retention
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("purge", help="retention: drop finished effects' payloads and attempts")
+    p.add_argument(
+        "--older-than", required=True, help="finished longer ago than this, e.g. 30d, 12h"
+    )
+    p.add_argument("--dry-run", action="store_true", help="only count (default: purge)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1000,
+        help="effects per transaction (default 1000, at most 10000)",
+    )
+    p.set_defaults(handler=purge)
+
+
+def purge(args: argparse.Namespace, settings: Settings) -> int:
+    older_than_s = parse_duration_s("--older-than", args.older_than)
+    cutoff = retention.cutoff_for(older_than_s)
+    engine = engine_for(settings)
+    try:
+        if args.dry_run:
+            n = retention.count_purgeable(engine, cutoff)
+            print(f"would purge {n} finished effect(s) older than {cutoff.isoformat()}")
+            return 0
+
+        def progress(done: retention.Purged) -> None:
+            if done.batches % 50 == 0:
+                print(f"  ... {done.effects} effects purged", file=sys.stderr, flush=True)
+
+        done = retention.purge(engine, cutoff, args.batch_size, on_batch=progress)
+        retention.record_purge(engine, done, older_than_s, cli_actor())
+    finally:
+        engine.dispose()
+    rate = done.effects / done.seconds if done.seconds else 0.0
+    print(
+        f"purged {done.effects} effect(s) and {done.attempts} attempt(s) finished more than "
+        f"{describe_s(older_than_s)} ago, in {done.batches} batch(es), {done.seconds:.1f} s "
+        f"({rate:,.0f} effects/s)"
+    )
+    return 0

@@ -1,0 +1,201 @@
+"""Audited administration: endpoints created, updated, their secret rotated; tokens
+created and revoked. Each writes its ``operator_actions`` row in the caller's
+transaction (as ``operations`` does), with old -> new values and secrets masked.
+
+A rotated or generated secret is returned once, to the caller that asked for it
+(the CLI prints it, the operator API returns it); it is never logged and has no
+field in any audit row or read response.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from sqlalchemy.engine import Connection
+
+from spark_outbox.console import tokens
+from spark_outbox.core import endpoints
+from spark_outbox.core.auditlog import check_reason, record_action
+from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
+from spark_outbox.core.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "admin.sql")
+
+MASK = "***"
+UPDATABLE = (
+    "url",
+    "timeout_s",
+    "retry_schedule_s",
+    "rate_limit_per_s",
+    "max_in_flight",
+    "ordered",
+    "deduplicates",
+)
+MAX_OVERLAP_S = 30 * 86400.0
+DEFAULT_OVERLAP_S = 86400.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    endpoint: str
+    signing_secret: str = dataclasses.field(repr=False)
+    previous_valid_until: dt.datetime | None  # None: the old secret stopped at once
+
+
+def masked_url(url: str | None) -> str | None:
+    """The URL with every query value masked: receivers sometimes take a token there."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    query = urlencode([(k, MASK) for k, _ in parse_qsl(parts.query, keep_blank_values=True)])
+    return urlunsplit(parts._replace(query=query))
+
+
+def _audit_view(field: str, value: Any) -> Any:
+    return masked_url(value) if field == "url" else value
+
+
+def create_webhook(
+    conn: Connection, *, actor: str, reason: str, **values: Any
+) -> tuple[endpoints.Endpoint, str]:
+    reason = check_reason(reason)
+    endpoint, secret = endpoints.add_webhook(conn, **values)
+    _record_created(conn, endpoint, actor, reason)
+    return endpoint, secret
+
+
+def create_email(conn: Connection, *, actor: str, reason: str, **values: Any) -> endpoints.Endpoint:
+    reason = check_reason(reason)
+    endpoint = endpoints.add_email(conn, **values)
+    _record_created(conn, endpoint, actor, reason)
+    return endpoint
+
+
+def _record_created(conn: Connection, ep: endpoints.Endpoint, actor: str, reason: str) -> None:
+    details = {f: _audit_view(f, getattr(ep, f)) for f in ("kind", *UPDATABLE, "smtp_host")}
+    record_action(
+        conn, actor=actor, action="create_endpoint", target=ep.name, reason=reason, details=details
+    )
+
+
+def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
+    if field == "url":
+        if ep.kind != "webhook":
+            raise InvalidRequest("url", f"{ep.name} is an {ep.kind} endpoint", "leave url out")
+        return endpoints.check_webhook_url(value)
+    if field == "timeout_s" and (value is None or value <= 0):
+        raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
+    if field == "rate_limit_per_s":
+        endpoints.check_limits(value, None)
+    if field == "max_in_flight":
+        endpoints.check_limits(None, value)
+    if field in ("ordered", "deduplicates") and not isinstance(value, bool):
+        raise InvalidRequest(field, f"{value!r} is not true or false", "give true or false")
+    if field == "retry_schedule_s" and value is not None:
+        if not value or any(s < 0 for s in value):
+            raise InvalidRequest(
+                "retry_schedule_s", "must be delays of 0 s or more", "e.g. [0, 5, 300], or null"
+            )
+        return [float(s) for s in value]
+    return value
+
+
+def update_endpoint(
+    conn: Connection, name: str, changes: Mapping[str, Any], *, actor: str, reason: str
+) -> endpoints.Endpoint:
+    """Change URL, timeout, retry schedule, limits, ordering or deduplicates (None clears the
+    retry schedule and the limits).
+
+    A URL passes the same checks as on ``add``. Recorded with every changed
+    field's old and new value.
+    """
+    reason = check_reason(reason)
+    unknown = sorted(set(changes) - set(UPDATABLE))
+    if unknown or not changes:
+        raise InvalidRequest(
+            unknown[0] if unknown else "url",
+            f"{unknown[0]!r} cannot be updated" if unknown else "nothing to change",
+            f"give one or more of {', '.join(UPDATABLE)}",
+        )
+    row = conn.execute(_Q["endpoint_for_update"], {"name": name}).mappings().first()
+    if row is None:
+        raise NotFound(f"no endpoint named {name!r}")
+    ep = endpoints.Endpoint.from_row(row)
+    old = {f: _plain(getattr(ep, f)) for f in UPDATABLE}
+    new = old | {f: _checked(ep, f, v) for f, v in changes.items()}
+    conn.execute(_Q["update_endpoint_policy"], new | {"name": name})
+    if old["ordered"] and not new["ordered"]:
+        conn.execute(_Q["unpark_unordered"], {"name": name})
+    endpoints.reset_budget(conn, name)
+    diff = {
+        f: {"old": _audit_view(f, old[f]), "new": _audit_view(f, new[f])}
+        for f in UPDATABLE
+        if old[f] != new[f]
+    }
+    record_action(
+        conn,
+        actor=actor,
+        action="update_endpoint",
+        target=name,
+        reason=reason,
+        details={"changes": diff},
+    )
+    return endpoints.get(conn, name)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def rotate_secret(
+    conn: Connection,
+    name: str,
+    *,
+    overlap_s: float = DEFAULT_OVERLAP_S,
+    actor: str,
+    reason: str,
+    new_secret: str | None = None,
+) -> Rotation:
+    """A new signing secret; the old one keeps signing beside it for ``overlap_s``."""
+    reason = check_reason(reason)
+    if not 0 <= overlap_s <= MAX_OVERLAP_S:
+        raise InvalidRequest(
+            "overlap_s", f"{overlap_s:g} is out of range", f"use 0 to {MAX_OVERLAP_S:g} seconds"
+        )
+    secret = endpoints.check_signing_secret(new_secret or endpoints.generate_signing_secret())
+    params = {"name": name, "overlap_s": overlap_s, "secret": secret}
+    found = conn.execute(_Q["rotate_secret"], params).first()
+    if found is None:
+        kind = endpoints.get(conn, name).kind  # NotFound when there is no such endpoint
+        raise Conflict(f"{name} is an {kind} endpoint; only webhooks have a signing secret")
+    details = {"signing_secret": {"old": MASK, "new": MASK}, "overlap_s": overlap_s}
+    record_action(
+        conn, actor=actor, action="rotate_secret", target=name, reason=reason, details=details
+    )
+    return Rotation(endpoint=name, signing_secret=secret, previous_valid_until=found[0])
+
+
+def create_token(
+    conn: Connection, *, name: str, role: str, actor: str, reason: str
+) -> tuple[tokens.Token, str]:
+    reason = check_reason(reason)
+    token, plaintext = tokens.create(conn, name=name, role=role)
+    record_action(
+        conn,
+        actor=actor,
+        action="create_token",
+        target=token.name,
+        reason=reason,
+        details={"role": token.role},
+    )
+    return token, plaintext
+
+
+def revoke_token(conn: Connection, name: str, *, actor: str, reason: str) -> None:
+    reason = check_reason(reason)
+    tokens.revoke(conn, name)
+    record_action(conn, actor=actor, action="revoke_token", target=name, reason=reason)

@@ -1,0 +1,103 @@
+-- name: effect_by_key
+-- One effect by its key (uq_effects_idempotency_key). A finished effect (delivered,
+-- dead, cancelled) has no next attempt, whatever the column still holds.
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
+       attempt_count,
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
+            ELSE next_attempt_at END AS next_attempt_at,
+       created_at, updated_at, delivered_at, last_error,
+       purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
+       supersedes
+FROM visible_effects
+WHERE idempotency_key = :key;
+
+-- name: superseded_by
+-- The corrections of an effect: the chain read backwards (ix_effects_supersedes).
+SELECT idempotency_key FROM visible_effects
+WHERE supersedes = :key
+ORDER BY created_at, id
+LIMIT 20;
+
+-- name: attempts_of_effect
+-- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt).
+SELECT attempt, worker_id, started_at, duration_ms, outcome, status_code, error_class, error,
+       response_excerpt
+FROM delivery_attempts
+WHERE effect_id = :effect_id
+ORDER BY attempt, id
+LIMIT :limit;
+
+-- name: ledger_entry
+-- A key whose effect row retention has purged is still known to the ledger.
+SELECT idempotency_key, endpoint, state, COALESCE(delivered_at, finished_at) AS finished_at
+FROM key_ledger
+WHERE idempotency_key = :key;
+
+-- name: search_effects
+-- The audit search: a keyset page ordered by (created_at, id) descending. Absent
+-- filters are NULL; psycopg2 sends literals, so the planner folds the
+-- "IS NULL OR" branches away and picks the index of the filters given
+-- (ix_effects_{recipient,reference,job_batch_id,endpoint,state}_created_at_id).
+-- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a batch's search.
+SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+            WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
+            ELSE next_attempt_at END AS next_attempt_at,
+       created_at, updated_at, delivered_at, last_error, purged_at
+FROM visible_effects
+WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
+  AND (CAST(:until AS timestamptz) IS NULL OR created_at < :until)
+  AND (CAST(:job AS text) IS NULL OR job = :job)
+  AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
+  AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
+  AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
+  AND (CAST(:reference AS text) IS NULL OR reference = :reference)
+  AND (CAST(:state AS text) IS NULL OR state = :state)
+  AND (CAST(:cursor_at AS timestamptz) IS NULL
+       OR (created_at, id) < (CAST(:cursor_at AS timestamptz), CAST(:cursor_id AS bigint)))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: batch_marker
+-- The commit marker of one batch (uq_batches_job_batch_id).
+SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
+FROM batches
+WHERE job = :job AND batch_id = :batch_id;
+
+-- name: batches_of_job
+-- A job's batches, newest first (ix_batches_job_committed_at).
+SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
+       effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
+       hold_state, hold_reason
+FROM batches
+WHERE job = :job
+ORDER BY committed_at DESC, id DESC
+LIMIT :limit;
+
+-- name: batch_live_counts
+-- What the batch's effects are doing now (ix_effects_job_batch_id_created_at_id).
+SELECT state, count(*) AS n FROM visible_effects
+WHERE job = :job AND batch_id = :batch_id
+GROUP BY state;
+
+-- name: batch_reject_count
+-- Rows the sink refused, as stored (ix_rejects_job_batch_id_id).
+SELECT count(*) FROM rejects WHERE job = :job AND batch_id = :batch_id;
+
+-- name: operator_actions
+-- The operators' audit trail, newest first; keyset on id.
+SELECT id, at, actor, action, target, reason, details
+FROM operator_actions
+WHERE CAST(:before_id AS bigint) IS NULL OR id < :before_id
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: payloads_by_id
+-- The payloads of a page of effects, to mask their last_error for the support role (pkey).
+SELECT id, payload FROM effects WHERE id = ANY(CAST(:ids AS bigint[]));
+-- name: batch_exists
+-- Does (job, batch_id) name a committed batch? (uq_batches_job_batch_id)
+SELECT EXISTS (SELECT 1 FROM batches WHERE job = :job AND batch_id = :batch_id);

@@ -1,0 +1,146 @@
+"""Is it healthy, is anything stuck? The numbers behind ``/v1/status`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from sqlalchemy.engine import Connection
+
+from spark_outbox.console import holds
+from spark_outbox.console.audit import from_row
+from spark_outbox.core.queue import QueueStats, queue_stats
+from spark_outbox.core.schema import EFFECT_STATES
+from spark_outbox.core.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "health.sql")
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveWorker:
+    worker_id: str
+    hostname: str
+    pid: int
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    in_flight: int
+    delivered: int
+    failed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointHealth:
+    name: str
+    kind: str
+    enabled: bool
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    last_delivered_at: dt.datetime | None
+    consecutive_failures: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LastBatch:
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    effects_new: int
+    rejects: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MismatchBatch:
+    job: str
+    batch_id: str
+    committed_at: dt.datetime
+    payload_mismatches: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    counts: dict[str, int]
+    queue: QueueStats
+    delivered_last_5m: int
+    delivered_last_1h: int
+    live_workers: list[LiveWorker]
+    endpoints: list[EndpointHealth]
+    last_batches: list[LastBatch]
+    held_batches: list[holds.HeldBatch]  # the volume guard's, waiting for an operator
+    payload_mismatches: list[MismatchBatch]  # batches of the last 24 h
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueGauges:
+    """What /metrics reads on every scrape: cheap, bounded queries only."""
+
+    counts: dict[str, int]
+    queue: QueueStats
+    live_workers: int
+    held: holds.HeldCounts
+    mismatches_24h: int
+
+
+def status(conn: Connection) -> Status:
+    counts = dict.fromkeys(EFFECT_STATES, 0)
+    counts.update({state: n for state, n in conn.execute(_Q["counts_by_state"])})
+    recent = conn.execute(_Q["recent_deliveries"]).mappings().one()
+    return Status(
+        counts=counts,
+        queue=queue_stats(conn),
+        delivered_last_5m=recent["last_5m"],
+        delivered_last_1h=recent["last_1h"],
+        live_workers=[from_row(LiveWorker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
+        endpoints=[
+            from_row(EndpointHealth, r) for r in conn.execute(_Q["endpoint_health"]).mappings()
+        ],
+        last_batches=[
+            from_row(LastBatch, r) for r in conn.execute(_Q["last_batch_per_job"]).mappings()
+        ],
+        held_batches=holds.held_batches(conn),
+        payload_mismatches=[
+            from_row(MismatchBatch, r) for r in conn.execute(_Q["recent_mismatches"]).mappings()
+        ],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Minute:
+    minute: dt.datetime
+    delivered: int
+    failed: int  # retry, dead or gone
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity:
+    """Attempts per minute from ``start`` (inclusive) over ``minutes`` minutes; quiet
+    minutes are absent from ``points``."""
+
+    start: dt.datetime
+    minutes: int
+    points: list[Minute]
+
+
+MAX_ACTIVITY_HOURS = 24
+
+
+def activity(conn: Connection, hours: int = 6) -> Activity:
+    hours = max(1, min(hours, MAX_ACTIVITY_HOURS))
+    end = conn.execute(_Q["this_minute"]).scalar_one()
+    points = [
+        from_row(Minute, r)
+        for r in conn.execute(_Q["attempts_per_minute"], {"hours": hours}).mappings()
+    ]
+    return Activity(start=end - dt.timedelta(hours=hours), minutes=hours * 60 + 1, points=points)
+
+
+def queue_gauges(conn: Connection) -> QueueGauges:
+    counts = dict.fromkeys(("pending", "leased", "dead", "uncertain"), 0)
+    counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
+    workers = conn.execute(_Q["live_workers"]).fetchall()
+    return QueueGauges(
+        counts=counts,
+        queue=queue_stats(conn),
+        live_workers=len(workers),
+        held=holds.held_counts(conn),
+        mismatches_24h=int(conn.execute(_Q["mismatch_total"]).scalar_one()),
+    )

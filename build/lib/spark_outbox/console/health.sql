@@ -1,0 +1,94 @@
+-- name: counts_by_state
+-- Visible effects per state (ix_effects_state_created_at_id, plus the marker probe).
+SELECT state, count(*) AS n FROM visible_effects GROUP BY state;
+
+-- name: queue_counts
+-- The unfinished states only, for /metrics on every scrape: small when the queue drains.
+SELECT state, count(*) AS n FROM visible_effects
+WHERE state IN ('pending', 'leased', 'dead', 'uncertain')
+GROUP BY state;
+
+-- name: recent_deliveries
+-- Throughput from the attempt log (ix_delivery_attempts_started_at).
+SELECT count(*) FILTER (WHERE started_at > now() - interval '5 minutes') AS last_5m,
+       count(*) AS last_1h
+FROM delivery_attempts
+WHERE outcome = 'delivered' AND started_at > now() - interval '1 hour';
+
+-- name: live_workers
+-- A live worker: not stopped, seen in the last 30 seconds (its heartbeat runs every 5).
+SELECT worker_id, hostname, pid, started_at, last_seen_at, in_flight, delivered, failed
+FROM worker_heartbeats
+WHERE stopped_at IS NULL AND last_seen_at > now() - interval '30 seconds'
+ORDER BY worker_id;
+
+-- name: endpoint_health
+-- Per endpoint: paused or not, last success and consecutive failures since it,
+-- judged from the attempts of its latest 200 effects: bounded work per endpoint
+-- (ix_effects_endpoint_created_at_id, then one ix_delivery_attempts_effect_id_attempt
+-- probe per effect: the LIMIT keeps the LATERAL a nested loop, never a scan of all
+-- attempts), whatever the other endpoints' traffic.
+SELECT ep.name, ep.kind, ep.enabled, ep.paused_reason, ep.paused_at,
+       h.last_delivered_at, COALESCE(h.consecutive_failures, 0) AS consecutive_failures
+FROM endpoints ep
+LEFT JOIN LATERAL (
+    WITH recent_effects AS (
+        SELECT f.id FROM visible_effects f
+        WHERE f.endpoint = ep.name
+        ORDER BY f.created_at DESC, f.id DESC
+        LIMIT 200
+    ), recent AS (
+        SELECT a.outcome, a.started_at
+        FROM recent_effects r
+        CROSS JOIN LATERAL (
+            SELECT outcome, started_at FROM delivery_attempts
+            WHERE effect_id = r.id
+            ORDER BY attempt DESC
+            LIMIT 50
+        ) a
+    ), last_ok AS (
+        SELECT max(started_at) AS at FROM recent WHERE outcome = 'delivered'
+    )
+    SELECT (SELECT at FROM last_ok) AS last_delivered_at,
+           count(*) FILTER (
+               WHERE outcome IN ('retry', 'dead', 'gone')
+                 AND started_at > COALESCE((SELECT at FROM last_ok), '-infinity')
+           ) AS consecutive_failures
+    FROM recent
+) h ON true
+ORDER BY ep.name;
+
+-- name: last_batch_per_job
+-- The newest committed batch of every job (ix_batches_job_committed_at).
+SELECT DISTINCT ON (job) job, batch_id, committed_at, effects_new, rejects
+FROM batches
+ORDER BY job, committed_at DESC;
+
+-- name: attempts_per_minute
+-- The status chart: delivered and failed attempts per minute over the last :hours
+-- hours; a range scan of ix_delivery_attempts_started_at bounded by time.
+SELECT date_trunc('minute', started_at) AS minute,
+       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+       count(*) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')) AS failed
+FROM delivery_attempts
+WHERE started_at >= date_trunc('minute', now()) - make_interval(hours => :hours)
+GROUP BY 1
+ORDER BY 1;
+
+-- name: this_minute
+-- The chart's right edge, on the database's clock (the attempts' clock).
+SELECT date_trunc('minute', now());
+
+-- name: recent_mismatches
+-- Batches of the last 24 h that met stored keys with another payload: a re-run
+-- that computed different content (ix_batches_committed_at_mismatched).
+SELECT job, batch_id, committed_at, payload_mismatches
+FROM batches
+WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours'
+ORDER BY committed_at DESC
+LIMIT 20;
+
+-- name: mismatch_total
+-- /metrics: payload mismatches of the last 24 h (ix_batches_committed_at_mismatched).
+SELECT COALESCE(sum(payload_mismatches), 0) FROM batches
+WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours';

@@ -1,0 +1,146 @@
+"""What the support role sees: sensitive payload fields, and outside text that echoes them.
+
+The rules (docs/api.md, "Masking for the support role"):
+
+1. Payload: each dotted path in ``OUTBOX_SENSITIVE_FIELDS`` is shown as ``***``;
+   a path through a list masks the field in every element; absent paths are
+   ignored.
+2. Text that came from outside (a response excerpt, an attempt's error, the
+   effect's ``last_error``) may echo the payload back, so
+   a. a JSON document in it (an excerpt's body after its header block, or the
+      whole text) is masked field by field with the same paths;
+   b. then every value those paths hold in the effect's own payload (each string
+      or number under a masked path, as written and as JSON escapes it) is
+      replaced by ``***`` wherever it appears, case-insensitively. That catches
+      prose ("card 4111... declined") and a clipped body that no longer parses.
+      Values of 1 to 3 characters are masked only as whole words: a substring
+      match would erase unrelated text while hiding little. A text clipped in
+      the middle of a value (excerpts are cut at 2 KiB) ends with the value's
+      first characters: from 4 on, they are masked too.
+
+E-mail addresses as such are not masked: the recipient is shown to support by
+design (it is what they search by); list ``customer.email`` to mask it where the
+payload carries it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+MASK = "***"
+_SHORT = 4  # values shorter than this are masked as whole words only
+
+
+@overload
+def mask_payload(payload: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]: ...
+@overload
+def mask_payload(payload: None, paths: Sequence[str]) -> None: ...
+def mask_payload(payload: dict[str, Any] | None, paths: Sequence[str]) -> dict[str, Any] | None:
+    """A copy of the payload with each dotted path's value replaced by ``***``
+    (None stays None: retention purged it)."""
+    if payload is None:
+        return None
+    masked: dict[str, Any] = _masked_copy(payload, paths)
+    return masked
+
+
+def _masked_copy(document: Any, paths: Sequence[str]) -> Any:
+    masked = copy.deepcopy(document)
+    for path in paths:
+        _mask(masked, path.split("."))
+    return masked
+
+
+def _mask(node: Any, parts: list[str]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _mask(item, parts)
+        return
+    if not isinstance(node, dict) or parts[0] not in node:
+        return
+    if len(parts) == 1:
+        node[parts[0]] = MASK
+    else:
+        _mask(node[parts[0]], parts[1:])
+
+
+def masked_values(payload: dict[str, Any] | None, paths: Sequence[str]) -> tuple[str, ...]:
+    """The texts of the values that ``paths`` mask in ``payload`` (rule 2b's needles)."""
+    found: set[str] = set()
+    if payload is None:
+        return ()
+    for path in paths:
+        for value in _at(payload, path.split(".")):
+            for leaf in _leaves(value):
+                found.update({leaf, json.dumps(leaf)[1:-1]})
+    found.discard("")
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+def _at(node: Any, parts: list[str]) -> Iterator[Any]:
+    if isinstance(node, list):
+        for item in node:
+            yield from _at(item, parts)
+    elif isinstance(node, dict) and parts[0] in node:
+        if len(parts) == 1:
+            yield node[parts[0]]
+        else:
+            yield from _at(node[parts[0]], parts[1:])
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield json.dumps(value)
+
+
+def mask_text(text: str | None, paths: Sequence[str], values: Sequence[str]) -> str | None:
+    """Outside text with rule 2 applied (``values`` from ``masked_values``)."""
+    if not text or not paths:
+        return text
+    text = _mask_json(text, paths)
+    if not values:
+        return text
+    alternatives = [
+        re.escape(v) if len(v) >= _SHORT else rf"(?<!\w){re.escape(v)}(?!\w)" for v in values
+    ]
+    text = re.sub("|".join(alternatives), MASK, text, flags=re.IGNORECASE)
+    return _mask_clipped_tail(text, values)
+
+
+def _mask_clipped_tail(text: str, values: Sequence[str]) -> str:
+    """An excerpt clipped in the middle of a value ends with the value's start: mask
+    that start too (from ``_SHORT`` characters on)."""
+    for value in values:
+        folded = value.lower()
+        tail = text[-(len(value) - 1) :] if len(value) > 1 else ""
+        for start in range(len(tail) - _SHORT + 1):
+            if folded.startswith(tail[start:].lower()):
+                return text[: len(text) - len(tail) + start] + MASK
+    return text
+
+
+def _mask_json(text: str, paths: Sequence[str]) -> str:
+    """Rule 2a: the JSON body after an excerpt's header block, or the whole text."""
+    head, blank, body = text.partition("\n\n")
+    candidates = [(head + blank, body)] if blank else []
+    candidates.append(("", text))
+    for before, document in candidates:
+        try:
+            parsed = json.loads(document)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict | list):
+            return before + json.dumps(_masked_copy(parsed, paths), ensure_ascii=False)
+    return text

@@ -1,0 +1,24 @@
+-- name: batch_effects_by_category
+-- A batch's effect rows (ix_effects_job_batch_id_created_at_id) by state, purged
+-- rows apart; "unrecorded" counts delivered rows with neither a delivered attempt
+-- nor a delivered ledger row (the record statement writes both, so none should be).
+SELECT CASE WHEN e.purged_at IS NOT NULL THEN 'purged'
+            -- pending in a batch the volume guard holds: waiting for an operator
+            WHEN e.state = 'pending' AND EXISTS (
+                SELECT 1 FROM batches b
+                WHERE b.job = e.job AND b.batch_id = e.batch_id AND b.hold_state = 'held')
+            THEN 'held'
+            ELSE e.state END AS state,
+       count(*) AS n,
+       count(*) FILTER (
+           WHERE e.state = 'delivered' AND e.purged_at IS NULL
+             AND NOT EXISTS (SELECT 1 FROM delivery_attempts a
+                             WHERE a.effect_id = e.id AND a.outcome = 'delivered')
+             AND NOT EXISTS (SELECT 1 FROM key_ledger k
+                             WHERE k.idempotency_key = e.idempotency_key
+                               AND k.state = 'delivered')
+       ) AS unrecorded,
+       COALESCE(sum(e.attempt_count), 0) AS attempts
+FROM visible_effects e
+WHERE e.job = :job AND e.batch_id = :batch_id
+GROUP BY 1;

@@ -1,0 +1,271 @@
+"""The endpoint registry: named destinations with their secrets and policies.
+
+Producers (Spark jobs, ``enqueue``) name an endpoint; only the dispatcher reads
+its URL, signing secret and SMTP credentials. ``Endpoint.__repr__`` and
+``public()`` leave the secrets out, so they cannot reach a log or a response by
+accident.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import Connection, RowMapping
+
+from spark_outbox.core import wakeup
+from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
+from spark_outbox.core.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "endpoints.sql")
+
+SECRET_PREFIX = "whsec_"  # noqa: S105  (a prefix, not a secret)
+_SECRET_FIELDS = ("signing_secret", "previous_signing_secret", "smtp_password")
+
+
+def generate_signing_secret() -> str:
+    """A Standard Webhooks secret: ``whsec_`` + base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def secret_bytes(secret: str) -> bytes:
+    """The HMAC secret a ``whsec_`` string stands for."""
+    return base64.b64decode(secret.removeprefix(SECRET_PREFIX))
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    id: int
+    name: str
+    kind: str
+    url: str | None
+    signing_secret: str | None = dataclasses.field(repr=False)
+    previous_signing_secret: str | None = dataclasses.field(repr=False)
+    previous_secret_expires_at: dt.datetime | None
+    smtp_host: str | None
+    smtp_port: int | None
+    smtp_tls: str
+    smtp_username: str | None
+    smtp_password: str | None = dataclasses.field(repr=False)
+    mail_from: str | None
+    smtp_allow_plaintext_auth: bool
+    timeout_s: float
+    retry_schedule_s: tuple[float, ...] | None
+    rate_limit_per_s: float | None
+    max_in_flight: int | None
+    ordered: bool
+    # The receiver honours the idempotency key (webhook-id / Message-ID); if not,
+    # a send with an unknown outcome ends 'uncertain' instead of being resent.
+    deduplicates: bool
+    enabled: bool
+    paused_reason: str | None
+    paused_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    # Shared state (endpoint_budgets), not configuration: the circuit breaker rests
+    # the endpoint for every dispatcher until then.
+    resting_until: dt.datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any] | RowMapping) -> Endpoint:
+        values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row}
+        if values["retry_schedule_s"] is not None:
+            values["retry_schedule_s"] = tuple(values["retry_schedule_s"])
+        return cls(**values)
+
+    def active_secrets(self, now: dt.datetime | None = None) -> list[str]:
+        """The secrets a delivery is signed with: the current one, and the previous
+        one while a rotation's overlap runs (docs/api.md, secret rotation)."""
+        found = [self.signing_secret] if self.signing_secret else []
+        until = self.previous_secret_expires_at
+        overlapping = until is not None and until > (now or dt.datetime.now(dt.UTC))
+        if self.previous_signing_secret and overlapping:
+            found.append(self.previous_signing_secret)
+        return found
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the secrets (safe for logs, CLI listings and the API)."""
+        data = dataclasses.asdict(self)
+        for name in _SECRET_FIELDS:
+            data.pop(name)
+        data["has_signing_secret"] = self.signing_secret is not None
+        data["has_smtp_password"] = self.smtp_password is not None
+        return data
+
+
+def check_webhook_url(url: str | None) -> str:
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(
+            "url",
+            f"{url!r} is not an http(s) URL with a host",
+            "give a full URL, e.g. https://example.com/hooks/billing",
+        )
+    if parts.username or parts.password:
+        raise InvalidRequest("url", "carries credentials", "remove user:password from the URL")
+    return url  # type: ignore[return-value]
+
+
+def check_signing_secret(secret: str) -> str:
+    problem = not secret.startswith(SECRET_PREFIX)
+    try:
+        problem = problem or len(secret_bytes(secret)) < 24
+    except ValueError:  # binascii.Error: not base64
+        problem = True
+    if problem:
+        raise InvalidRequest(
+            "signing_secret",
+            "must be 'whsec_' + base64 of at least 24 bytes",
+            "omit it to have one generated",
+        )
+    return secret
+
+
+def add_webhook(
+    conn: Connection,
+    *,
+    name: str,
+    url: str,
+    signing_secret: str | None = None,
+    timeout_s: float = 10.0,
+    retry_schedule_s: Sequence[float] | None = None,
+    rate_limit_per_s: float | None = None,
+    max_in_flight: int | None = None,
+    ordered: bool = False,
+    deduplicates: bool = True,
+) -> tuple[Endpoint, str]:
+    """Register a webhook endpoint; returns it and its signing secret (shown once)."""
+    secret = check_signing_secret(signing_secret or generate_signing_secret())
+    return _insert(
+        conn,
+        name=name,
+        kind="webhook",
+        url=check_webhook_url(url),
+        signing_secret=secret,
+        timeout_s=timeout_s,
+        retry_schedule_s=retry_schedule_s,
+        rate_limit_per_s=rate_limit_per_s,
+        max_in_flight=max_in_flight,
+        ordered=ordered,
+        deduplicates=deduplicates,
+    ), secret
+
+
+def add_email(
+    conn: Connection,
+    *,
+    name: str,
+    smtp_host: str,
+    smtp_port: int,
+    mail_from: str,
+    smtp_tls: str = "none",
+    smtp_username: str | None = None,
+    smtp_password: str | None = None,
+    smtp_allow_plaintext_auth: bool = False,
+    timeout_s: float = 10.0,
+    retry_schedule_s: Sequence[float] | None = None,
+    rate_limit_per_s: float | None = None,
+    max_in_flight: int | None = None,
+    ordered: bool = False,
+    deduplicates: bool = False,
+) -> Endpoint:
+    if smtp_tls not in ("none", "starttls", "tls"):
+        raise InvalidRequest(
+            "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
+        )
+    if smtp_username and smtp_tls == "none" and not smtp_allow_plaintext_auth:
+        raise InvalidRequest(
+            "smtp_tls",
+            "is 'none', so the SMTP password would cross the network unencrypted",
+            "use starttls or tls, or opt in explicitly with --smtp-allow-plaintext-auth "
+            "(a trusted local relay only)",
+        )
+    if "@" not in mail_from:
+        raise InvalidRequest(
+            "mail_from",
+            f"{mail_from!r} is not an address",
+            "give an address like billing@example.com",
+        )
+    return _insert(
+        conn,
+        name=name,
+        kind="email",
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
+        smtp_tls=smtp_tls,
+        smtp_username=smtp_username,
+        smtp_password=smtp_password,
+        smtp_allow_plaintext_auth=smtp_allow_plaintext_auth,
+        mail_from=mail_from,
+        timeout_s=timeout_s,
+        retry_schedule_s=retry_schedule_s,
+        rate_limit_per_s=rate_limit_per_s,
+        max_in_flight=max_in_flight,
+        ordered=ordered,
+        deduplicates=deduplicates,
+    )
+
+
+def check_limits(rate_limit_per_s: float | None, max_in_flight: int | None) -> None:
+    if rate_limit_per_s is not None and rate_limit_per_s <= 0:
+        raise InvalidRequest("rate_limit_per_s", "must be positive", "give e.g. 50, or null")
+    if max_in_flight is not None and max_in_flight < 1:
+        raise InvalidRequest("max_in_flight", "must be 1 or more", "give e.g. 10, or null")
+
+
+def _insert(conn: Connection, **values: Any) -> Endpoint:
+    if not values["name"] or not values["name"].strip():
+        raise InvalidRequest("name", "is empty", "name the endpoint, e.g. billing-webhook")
+    if values["timeout_s"] <= 0:
+        raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
+    check_limits(values["rate_limit_per_s"], values["max_in_flight"])
+    row = {
+        "url": None,
+        "signing_secret": None,
+        "smtp_host": None,
+        "smtp_port": None,
+        "smtp_tls": "none",
+        "smtp_username": None,
+        "smtp_password": None,
+        "smtp_allow_plaintext_auth": False,
+        "mail_from": None,
+    } | values
+    if row["retry_schedule_s"] is not None:
+        row["retry_schedule_s"] = [float(s) for s in row["retry_schedule_s"]]
+    if conn.execute(_Q["insert_endpoint"], row).first() is None:
+        raise Conflict(f"an endpoint named {values['name']!r} already exists")
+    return get(conn, values["name"])
+
+
+def get(conn: Connection, name: str) -> Endpoint:
+    row = conn.execute(_Q["select_endpoint"], {"name": name}).mappings().first()
+    if row is None:
+        raise NotFound(f"no endpoint named {name!r}")
+    return Endpoint.from_row(row)
+
+
+def list_all(conn: Connection) -> list[Endpoint]:
+    return [Endpoint.from_row(r) for r in conn.execute(_Q["select_endpoints"]).mappings()]
+
+
+def pause(conn: Connection, name: str, reason: str) -> None:
+    if conn.execute(_Q["pause_endpoint"], {"name": name, "reason": reason}).first() is None:
+        raise NotFound(f"no endpoint named {name!r}")
+
+
+def resume(conn: Connection, name: str) -> None:
+    if conn.execute(_Q["resume_endpoint"], {"name": name}).first() is None:
+        raise NotFound(f"no endpoint named {name!r}")
+    reset_budget(conn, name)
+    wakeup.notify(conn, "resumed")
+
+
+def reset_budget(conn: Connection, name: str) -> None:
+    """Resumed or reconfigured: the failing streak and the rest end, and the leased
+    count is taken afresh (it is kept only while ``max_in_flight`` is set)."""
+    conn.execute(_Q["reset_budget"], {"name": name})

@@ -1,0 +1,118 @@
+"""``enqueue``: write one effect inside the caller's own transaction.
+
+For producers that are not Spark (a web app committing an order and its
+"order.created" webhook together). Idempotent on the key. ``conn`` is a
+SQLAlchemy ``Connection`` inside the caller's transaction (``engine.begin()``
+on an engine from ``spark_outbox.core.db.create_engine``): README "Using it from your
+own Python".
+
+The payload contract per channel: a webhook takes any JSON object; an e-mail
+takes exactly one address as ``recipient`` and a payload with ``subject``,
+``text`` and optionally ``html`` (``validation.check_email_effect``, the same
+check as the Spark sink's and the SMTP channel's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from spark_outbox.core import wakeup
+from spark_outbox.core.errors import UnknownEndpoint
+from spark_outbox.core.schema import VISIBILITY_LOCK_ID
+from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.core.validation import (
+    MAX_ORDERING_KEY_CHARS,
+    MAX_RECIPIENT_CHARS,
+    check_email_effect,
+    check_endpoint_name,
+    check_key,
+    check_not_before,
+    check_optional_text,
+    check_reference,
+    check_supersedes,
+    payload_bytes,
+    payload_sha256,
+)
+
+_Q = queries_beside(__file__, "enqueue.sql")
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueued:
+    idempotency_key: str
+    new: bool
+    # True when the key was already known with a different payload: the new
+    # payload was NOT stored (the first one wins), and the caller should know.
+    payload_mismatch: bool
+
+
+def enqueue(
+    conn: Connection,
+    *,
+    idempotency_key: str,
+    endpoint: str,
+    payload: Mapping[str, Any] | str,
+    recipient: str | None = None,
+    ordering_key: str | None = None,
+    not_before: dt.datetime | None = None,
+    reference: str | None = None,
+    supersedes: str | None = None,
+) -> Enqueued:
+    """Record an effect in the caller's transaction; nothing is sent until it commits.
+
+    Raises ``InvalidEffect`` (naming the field and the fix) before writing
+    anything when the input breaks the contract. ``supersedes``: the key of the
+    effect this one corrects (``spark_outbox.core.keys.superseded_key``).
+    """
+    idempotency_key = check_key(idempotency_key)
+    endpoint = check_endpoint_name(endpoint)
+    data = payload_bytes(payload)
+    recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
+    ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
+    not_before = check_not_before(not_before)
+    reference = check_reference(reference)
+    supersedes = check_supersedes(supersedes, idempotency_key)
+    kind = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).scalar()
+    if kind is None:
+        raise UnknownEndpoint(endpoint)
+    if kind == "email":
+        recipient = check_email_effect(recipient, json.loads(data))
+    digest = payload_sha256(data)
+    row = {
+        "idempotency_key": idempotency_key,
+        "endpoint": endpoint,
+        "recipient": recipient,
+        "payload": data.decode("utf-8"),
+        "payload_sha256": digest,
+        "ordering_key": ordering_key,
+        "not_before": not_before,
+        "reference": reference,
+        "supersedes": supersedes,
+    }
+    inserted = conn.execute(_Q["insert_effect"], row).first() or _take_over_invisible(conn, row)
+    if inserted is not None:
+        wakeup.notify(conn, "enqueued")
+        return Enqueued(idempotency_key=idempotency_key, new=True, payload_mismatch=False)
+    stored = conn.execute(
+        _Q["stored_payload_sha256"], {"idempotency_key": idempotency_key}
+    ).scalar()
+    return Enqueued(
+        idempotency_key=idempotency_key,
+        new=False,
+        payload_mismatch=stored is not None and stored != digest,
+    )
+
+
+def _take_over_invisible(conn: Connection, row: Mapping[str, Any]) -> Any:
+    """The key is taken: by a visible effect (None: deduplicated), or by a row of
+    a run without a marker, which this effect takes over (the sink's trap)."""
+    if conn.execute(_Q["held_by_invisible"], row).first() is None:
+        return None  # visible rows stay visible: no lock needed to know
+    conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
+    return conn.execute(_Q["take_over_invisible"], row).first()

@@ -1,0 +1,63 @@
+"""Text from outside, made safe once: the one function every such text passes
+before it can reach SQL or a log line.
+
+A receiver's status line, headers and body, an SMTP server's reply, and the
+message of an exception that quotes either are hostile data. PostgreSQL's
+``text`` refuses NUL and invalid UTF-8 (one such row used to fail the whole
+batched ``record`` and stop the worker), a CR or an escape sequence can forge a
+log line, and an endless answer must not fill memory. ``clean`` turns any of
+it into bounded, valid UTF-8 that keeps what a support person needs to read.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from typing import Any
+
+# What a delivery attempt keeps of a receiver's answer, and of an error message.
+EXCERPT_CHARS = 2048
+EXCERPT_BYTES = 2048
+ERROR_CHARS = 500
+ERROR_BYTES = 1000
+CLASS_CHARS = 100
+
+# C0 and C1 control characters (and DEL) except \t and \n; NUL is one of them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def clean(
+    value: str | bytes | None, max_chars: int = ERROR_CHARS, max_bytes: int = ERROR_BYTES
+) -> str | None:
+    """``value`` as valid UTF-8 with control characters escaped (``\\x00``; ``\\n``
+    and ``\\t`` kept), invalid bytes and lone surrogates replaced by U+FFFD, cut to
+    at most ``max_chars`` characters and ``max_bytes`` UTF-8 bytes (never mid-character).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        # Only the part that can survive the cut is decoded (x4: escapes grow text).
+        text = bytes(value[: max_bytes * 4]).decode("utf-8", errors="replace")
+    else:
+        text = value[: max_chars * 4]
+        if not text.isascii():
+            # The webhook client decodes headers with surrogateescape: no surrogate may stay.
+            text = text.encode("utf-8", "surrogatepass").decode("utf-8", errors="replace")
+    if _CONTROL.search(text):
+        text = _CONTROL.sub(_escape, text)
+    text = text[:max_chars]
+    data = text.encode("utf-8")
+    if len(data) > max_bytes:
+        text = data[:max_bytes].decode("utf-8", errors="ignore")
+    return text
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """Log fields for an unexpected exception: its class and message cleaned, and
+    where it was raised (frames only: our code, no receiver bytes)."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    return {"error": clean(f"{type(exc).__name__}: {exc}"), "where": frames[-2000:]}

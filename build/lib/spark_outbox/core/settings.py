@@ -1,0 +1,211 @@
+"""Settings: one object per process, built at the entry point and passed down.
+
+Every setting comes from the environment (``OUTBOX_*``, plus ``DATABASE_URL``);
+CLI flags override it. Nothing here is read at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spark_outbox.core.durations import parse_duration_s
+from spark_outbox.core.errors import ConfigurationError, InvalidInput
+
+# Svix's schedule: immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
+# Svix disables an endpoint after 5 days of failing.
+DEFAULT_AUTO_DISABLE_AFTER_S = 5 * 86400.0
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{name}={raw!r} is not a number; set it to e.g. {default}"
+        ) from exc
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{name}={raw!r} is not an integer; set it to e.g. {default}"
+        ) from exc
+
+
+def _env_flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise ConfigurationError(f"{name}={raw!r} is not a flag; set it to 1 or 0")
+
+
+def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name, "")
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def _env_duration(env: Mapping[str, str], name: str) -> float:
+    """A duration such as ``30d``; unset or empty is 0 (off)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return parse_duration_s(name, raw)
+    except InvalidInput as exc:
+        raise ConfigurationError(f"{name}={raw!r} is not a duration; set it to e.g. 30d") from exc
+
+
+def _networks(
+    env: Mapping[str, str], name: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for item in _env_list(env, name):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{name}: {item!r} is not a network; write CIDR like 127.0.0.0/8 or 10.1.2.0/24"
+            ) from exc
+    return tuple(networks)
+
+
+def _check_retention(s: Settings) -> None:
+    """Refused at start, not when the retention side task first runs."""
+    if not 1 <= s.retention_batch_size <= 10_000:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_BATCH_SIZE={s.retention_batch_size} is out of range; use 1 to 10000"
+        )
+    if s.retention_interval_s <= 0:
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a process needs to know, in one immutable place."""
+
+    # Empty means: start (or reuse) the private PostgreSQL cluster.
+    database_url: str = ""
+    # Where the private cluster and other local state live.
+    state_dir: Path = Path(".outbox")
+    # Dispatcher.
+    worker_id: str = ""
+    # Measured on a 2-core host (docs/dispatcher.md, "Throughput"): 128 sends in flight
+    # and claims of ~250 rows (the worker claims again when half a batch of room is
+    # free) delivered 1.08x as many a second as 64 and 200 (bench dispatch --settings),
+    # PostgreSQL ~15 % less CPU per delivery (each claim and record has a fixed cost:
+    # planning, the commit).
+    concurrency: int = 128
+    claim_batch_size: int = 500
+    # After a short claim the claim, and every record, runs as a statement prepared
+    # once per connection (dispatcher/dispatch/prepared.py); off behind a PgBouncer in
+    # transaction pooling mode.
+    prepared_statements: bool = True
+    lease_s: float = 60.0
+    poll_interval_s: float = 1.0
+    shutdown_timeout_s: float = 30.0
+    heartbeat_interval_s: float = 5.0
+    # A progress line (delivered, retried, dead, rate, queue depth) this often; 0: off.
+    progress_interval_s: float = 30.0
+    # Worker processes under one supervisor; 0: one per CPU core of the host.
+    processes: int = 0
+    retry_schedule_s: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE_S
+    retry_after_cap_s: float = 3600.0
+    # Retention in the dispatcher (off at 0): purge effects finished longer ago.
+    retention_older_than_s: float = 0.0
+    retention_interval_s: float = 3600.0
+    retention_batch_size: int = 1000
+    # An endpoint failing continuously this long is disabled automatically (0: never).
+    auto_disable_after_s: float = DEFAULT_AUTO_DISABLE_AFTER_S
+    # Destinations in these networks pass the SSRF guard (empty: public only).
+    ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
+    metrics_host: str = "127.0.0.1"
+    # CA bundle trusted for SMTP TLS besides the system's (a private relay's CA).
+    smtp_ca_file: str = ""
+    # API.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    # Payload fields masked for the support role (dotted paths, e.g. "customer.email").
+    sensitive_fields: tuple[str, ...] = ()
+    # The support page's cookies lose their Secure flag: only for plain HTTP on a
+    # developer's machine (the demo sets it), never behind a real deployment.
+    ui_insecure_cookie: bool = False
+    log_format: str = "json"
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if env is None else env
+        defaults = cls()
+        settings = cls(
+            database_url=env.get("DATABASE_URL", ""),
+            state_dir=Path(env.get("OUTBOX_STATE_DIR", str(defaults.state_dir))),
+            worker_id=env.get("OUTBOX_WORKER_ID", ""),
+            concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
+            claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
+            prepared_statements=_env_flag(env, "OUTBOX_PREPARED_STATEMENTS", default=True),
+            lease_s=_env_float(
+                env,
+                "OUTBOX_LEASE_S",
+                # The name before every duration setting ended in _S; still read.
+                _env_float(env, "OUTBOX_LEASE_SECONDS", defaults.lease_s),
+            ),
+            poll_interval_s=_env_float(env, "OUTBOX_POLL_INTERVAL_S", defaults.poll_interval_s),
+            shutdown_timeout_s=_env_float(
+                env, "OUTBOX_SHUTDOWN_TIMEOUT_S", defaults.shutdown_timeout_s
+            ),
+            heartbeat_interval_s=_env_float(
+                env, "OUTBOX_HEARTBEAT_INTERVAL_S", defaults.heartbeat_interval_s
+            ),
+            progress_interval_s=_env_float(
+                env, "OUTBOX_PROGRESS_INTERVAL_S", defaults.progress_interval_s
+            ),
+            processes=_env_int(env, "OUTBOX_PROCESSES", defaults.processes),
+            retry_schedule_s=tuple(float(x) for x in _env_list(env, "OUTBOX_RETRY_SCHEDULE_S"))
+            or defaults.retry_schedule_s,
+            retry_after_cap_s=_env_float(
+                env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
+            ),
+            auto_disable_after_s=_env_float(
+                env, "OUTBOX_AUTO_DISABLE_AFTER_S", defaults.auto_disable_after_s
+            ),
+            ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
+            metrics_host=env.get("OUTBOX_METRICS_HOST", defaults.metrics_host),
+            retention_older_than_s=_env_duration(env, "OUTBOX_RETENTION_OLDER_THAN"),
+            retention_interval_s=_env_float(
+                env, "OUTBOX_RETENTION_INTERVAL_S", defaults.retention_interval_s
+            ),
+            retention_batch_size=_env_int(
+                env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
+            ),
+            smtp_ca_file=env.get("OUTBOX_SMTP_CA_FILE", ""),
+            api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
+            api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
+            sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),
+            ui_insecure_cookie=_env_flag(env, "OUTBOX_UI_INSECURE_COOKIE"),
+            log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
+            log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
+        )
+        settings = dataclasses.replace(settings, **overrides) if overrides else settings
+        _check_retention(settings)
+        return settings

@@ -1,0 +1,43 @@
+"""Channels send one claimed effect to one endpoint and say what happened.
+
+A channel never touches the database: it returns a ``Sent`` and the worker
+records it. Channels classify the answer (delivered / retry / dead / gone); the
+retry policy decides when. A channel never raises for anything a receiver or an
+effect's data did: every such problem is a ``Sent`` with an error class. Texts
+in a ``Sent`` may still hold the receiver's raw bytes: ``delivery`` cleans them
+(``spark_outbox.core.outside.clean``) before they reach SQL or a log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from spark_outbox.core.endpoints import Endpoint
+    from spark_outbox.dispatch.store import Claimed
+
+
+@dataclasses.dataclass(slots=True)  # one per delivery: see store.Claimed
+class Sent:
+    """What one attempt produced: ``outcome`` is delivered, retry, dead or gone."""
+
+    outcome: str
+    status_code: int | None = None
+    error_class: str | None = None
+    error: str | None = None
+    response_excerpt: str | None = None
+    retry_after_s: float | None = None
+    # The whole message was handed over (SMTP: the DATA terminator written; HTTP:
+    # the request fully written) and then no answer came: the receiver may have it.
+    # For an endpoint that cannot deduplicate the attempt ends 'uncertain', not
+    # retried (docs/dispatcher.md, "Uncertain sends").
+    handed_over: bool = False
+
+
+class Channel(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent: ...

@@ -1,0 +1,52 @@
+"""Prometheus metrics of one worker, on their own registry (several workers may
+live in one test process). ``serve`` exposes them on ``/metrics``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from spark_outbox.core.queue import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.deliveries = Counter(
+            "outbox_deliveries",
+            "Attempts recorded, by endpoint and outcome "
+            "(delivered, retry, dead, gone, uncertain, stale)",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.attempt_seconds = Histogram(
+            "outbox_attempt_seconds",
+            "Duration of one send attempt",
+            ["endpoint"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("outbox_in_flight", "Sends in progress", registry=self.registry)
+        self.queue_depth = Gauge("outbox_queue_depth", QUEUE_DEPTH_HELP, registry=self.registry)
+        self.oldest_due_age = Gauge(
+            "outbox_oldest_due_age_seconds", OLDEST_DUE_AGE_HELP, registry=self.registry
+        )
+        self._deliveries: dict[tuple[str, str], Counter] = {}
+        self._attempt_seconds: dict[str, Histogram] = {}
+
+    def delivery(self, endpoint: str, outcome: str) -> Counter:
+        """The counter of one (endpoint, outcome): looked up once, then reused (a
+        ``labels()`` lookup per delivery cost as much as the increment)."""
+        key = (endpoint, outcome)
+        child = self._deliveries.get(key)
+        if child is None:
+            child = self._deliveries[key] = self.deliveries.labels(endpoint, outcome)
+        return child
+
+    def attempt_time(self, endpoint: str) -> Histogram:
+        child = self._attempt_seconds.get(endpoint)
+        if child is None:
+            child = self._attempt_seconds[endpoint] = self.attempt_seconds.labels(endpoint)
+        return child
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,126 @@
+"""Retention: finished effects lose their payload and attempts after a while.
+
+``outbox purge --older-than 30d`` runs it once; a dispatcher with
+``OUTBOX_RETENTION_OLDER_THAN`` set runs it as its ``retention`` side task every
+``OUTBOX_RETENTION_INTERVAL_S``. Work goes in small batches, each its own short
+transaction locking only its rows (``FOR UPDATE SKIP LOCKED``): no table lock,
+no long transaction, and several dispatchers purging at once share the work.
+
+A purged effect keeps a stub row (key, state, endpoint, batch, reference,
+timestamps, ``purged_at``; payload ``{}``), so the API, the support page and
+reconciliation still say what happened to the key, and its key is written to
+``key_ledger`` with the final state: a finished key is never enqueued again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+
+from spark_outbox.core.auditlog import record_action
+from spark_outbox.core.durations import describe_s
+from spark_outbox.core.errors import InvalidRequest
+from spark_outbox.core.settings import Settings
+from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.dispatch.dbcalls import DbCalls
+
+_Q = queries_beside(__file__, "retention.sql")
+log = logging.getLogger(__name__)
+
+MAX_BATCH_SIZE = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Purged:
+    effects: int = 0
+    attempts: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+
+    def plus(self, effects: int, attempts: int, seconds: float) -> Purged:
+        seconds += self.seconds
+        return Purged(self.effects + effects, self.attempts + attempts, self.batches + 1, seconds)
+
+
+def cutoff_for(older_than_s: float, now: dt.datetime | None = None) -> dt.datetime:
+    if older_than_s < 0:
+        raise InvalidRequest("older_than", "is negative", "give a duration such as 30d")
+    return (now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=older_than_s)
+
+
+def count_purgeable(engine: Engine, cutoff: dt.datetime) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(_Q["count_purgeable"], {"cutoff": cutoff}).scalar_one())
+
+
+def purge_batch(engine: Engine, cutoff: dt.datetime, batch_size: int) -> tuple[int, int]:
+    """One batch, one transaction: (effects purged, attempts deleted)."""
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise InvalidRequest(
+            "batch_size", f"{batch_size} is out of range", f"use 1 to {MAX_BATCH_SIZE}"
+        )
+    with engine.begin() as conn:
+        row = conn.execute(_Q["purge_batch"], {"cutoff": cutoff, "batch_size": batch_size}).one()
+    return int(row[0]), int(row[1])
+
+
+def purge(
+    engine: Engine,
+    cutoff: dt.datetime,
+    batch_size: int,
+    *,
+    on_batch: Callable[[Purged], None] | None = None,
+) -> Purged:
+    """Purge every finished effect older than ``cutoff``, batch after batch."""
+    done = Purged()
+    while True:
+        started = time.perf_counter()
+        effects, attempts = purge_batch(engine, cutoff, batch_size)
+        if effects == 0:
+            return done
+        done = done.plus(effects, attempts, time.perf_counter() - started)
+        if on_batch is not None:
+            on_batch(done)
+
+
+def record_purge(engine: Engine, done: Purged, older_than_s: float, actor: str) -> None:
+    """The purge in the operators' audit trail (only when it purged something)."""
+    if done.effects == 0:
+        return
+    with engine.begin() as conn:
+        record_action(
+            conn,
+            actor=actor,
+            action="purge",
+            target=f"effects finished more than {describe_s(older_than_s)} ago",
+            reason=f"retention: older than {describe_s(older_than_s)}",
+            details=dataclasses.asdict(done),
+        )
+
+
+async def scheduled(db: DbCalls, settings: Settings, actor: str) -> None:
+    """The dispatcher's ``retention`` side task: a purge every interval, forever.
+
+    One batch per store call, so a stopping worker cancels it between batches.
+    """
+    older_than_s = settings.retention_older_than_s
+    while True:
+        cutoff, done = cutoff_for(older_than_s), Purged()
+        while True:
+            started = time.perf_counter()
+            got = await db.call(purge_batch, cutoff, settings.retention_batch_size)
+            if not got or got[0] == 0:
+                break
+            done = done.plus(got[0], got[1], time.perf_counter() - started)
+        await db.call(record_purge, done, older_than_s, actor)
+        log.info(
+            "retention purge",
+            extra={"event": "retention.purged", **dataclasses.asdict(done)},
+        )
+        await asyncio.sleep(settings.retention_interval_s)

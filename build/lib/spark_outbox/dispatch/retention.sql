@@ -1,0 +1,38 @@
+-- name: count_purgeable
+-- The dry run: finished effects not yet purged whose finish (updated_at) is
+-- older than the cutoff (ix_effects_purgeable).
+SELECT count(*) FROM effects
+WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
+  AND updated_at < :cutoff;
+
+-- name: purge_batch
+-- One small batch in its own short transaction: the oldest finished rows, locked
+-- with SKIP LOCKED (several purgers share the work, nothing waits), lose their
+-- payload and attempts; the row stays as a stub and the key goes to the ledger
+-- with its final state, so it can never be enqueued or sent again.
+WITH doomed AS (
+    SELECT id FROM effects
+    WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
+      AND updated_at < :cutoff
+    ORDER BY updated_at, id
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM delivery_attempts a USING doomed d
+    WHERE a.effect_id = d.id
+    RETURNING 1
+), purged AS (
+    UPDATE effects e SET payload = '{}'::jsonb, purged_at = now()
+    FROM doomed d
+    WHERE e.id = d.id
+    RETURNING e.idempotency_key, e.endpoint, e.payload_sha256, e.state, e.updated_at,
+              e.delivered_at
+), ledger AS (
+    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at,
+                            delivered_at)
+    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at,
+           CASE WHEN state = 'delivered' THEN COALESCE(delivered_at, updated_at) END
+    FROM purged
+    ON CONFLICT (idempotency_key) DO NOTHING
+)
+SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts;

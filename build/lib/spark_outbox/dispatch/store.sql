@@ -1,0 +1,396 @@
+-- name: claim
+-- Lease up to :limit due effects (first claims and expired leases alike; the
+-- due_effects view is the one definition of "due"), taking each endpoint's share
+-- from its own range of ix_effects_due, endpoints in a random order per claim (so
+-- no endpoint's backlog starves another's); SKIP LOCKED lets any number of
+-- workers claim side by side. Limits hold for all dispatchers together: an
+-- endpoint with a rate limit or max_in_flight has its endpoint_budgets row locked
+-- and spent in this same statement (its share is at most the tokens left and the
+-- room under max_in_flight); a resting (circuit breaker) or paused endpoint gets
+-- no share, and an endpoint held back is never walked. A key already in the key
+-- ledger is marked delivered here instead of leased: never sent twice by us.
+WITH RECURSIVE present(endpoint) AS (
+    -- The endpoints with unfinished effects, one descent of ix_effects_due each
+    -- (a loose index scan): idle endpoints cost nothing, unregistered ones are
+    -- found too (the worker dead-letters their effects with the reason).
+    SELECT min(f.endpoint) FROM effects f WHERE f.state IN ('pending', 'leased')
+    UNION ALL
+    SELECT (SELECT min(f.endpoint) FROM effects f
+            WHERE f.state IN ('pending', 'leased') AND f.endpoint > p.endpoint)
+    FROM present p WHERE p.endpoint IS NOT NULL
+), turns AS (
+    SELECT p.endpoint, ep.rate_limit_per_s AS rate_per_s, ep.max_in_flight,
+           (ep.rate_limit_per_s IS NOT NULL OR ep.max_in_flight IS NOT NULL) AS limited
+    FROM present p
+    LEFT JOIN endpoints ep ON ep.name = p.endpoint
+    LEFT JOIN endpoint_budgets b ON b.endpoint = p.endpoint
+    WHERE p.endpoint IS NOT NULL
+      -- Paused endpoints' rows are not due (the view); skipping them here keeps a
+      -- paused endpoint's backlog from being walked on every claim.
+      AND COALESCE(ep.enabled, true)
+      AND (b.resting_until IS NULL OR b.resting_until <= now())
+    ORDER BY random()
+), due AS (
+    -- A limited endpoint's budget row is locked before its share is computed, so
+    -- two dispatchers never spend the same tokens (the lock lasts one statement);
+    -- while another claim holds it, this claim skips the endpoint (share 0): a
+    -- claim never waits for a lock.
+    SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
+           e.id, e.idempotency_key, e.state
+    FROM turns t
+    LEFT JOIN LATERAL (
+        -- The bucket refilled to this moment (NULL without a rate limit), the room
+        -- under max_in_flight (NULL without one): the share is the least of them.
+        SELECT CASE WHEN t.rate_per_s IS NOT NULL THEN
+                   LEAST(GREATEST(1.0, t.rate_per_s),
+                         b.tokens + t.rate_per_s * GREATEST(0.0, EXTRACT(
+                             EPOCH FROM clock_timestamp() - b.refilled_at)))
+               END AS tokens,
+               t.max_in_flight - b.in_flight AS room,
+               clock_timestamp() AS at
+        FROM endpoint_budgets b
+        WHERE b.endpoint = t.endpoint AND t.limited
+        FOR UPDATE OF b SKIP LOCKED
+    ) s ON true
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.idempotency_key, e.state
+        FROM due_effects e
+        WHERE e.endpoint = t.endpoint
+        ORDER BY e.next_attempt_at
+        -- (LEAST ignores NULLs: a limit the endpoint does not have.) No budget row
+        -- in hand (another claim holds it): no share this time.
+        LIMIT CASE WHEN NOT t.limited THEN :limit
+                   WHEN s.at IS NULL THEN 0
+                   ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
+              END
+        FOR UPDATE OF e SKIP LOCKED
+    ) e
+    LIMIT :limit
+), known AS MATERIALIZED (
+    -- One probe of the ledger's key index per claimed row: a join here let the
+    -- planner hash the whole ledger on every claim (O(ledger) per claim).
+    SELECT due.id, (SELECT k.delivered_at FROM key_ledger k
+                    WHERE k.idempotency_key = due.idempotency_key
+                      AND k.state = 'delivered') AS delivered_at
+    FROM due
+), spent AS (
+    -- The limited endpoints' budgets: tokens taken (refilled to this moment first),
+    -- and the newly leased rows counted while max_in_flight is set.
+    UPDATE endpoint_budgets b SET
+        tokens = COALESCE(n.tokens - n.taken, b.tokens),
+        refilled_at = CASE WHEN n.tokens IS NULL THEN b.refilled_at ELSE n.at END,
+        in_flight = b.in_flight + n.leased
+    FROM (SELECT due.endpoint, max(due.tokens) AS tokens, max(due.at) AS at, count(*) AS taken,
+                 count(*) FILTER (WHERE due.counted AND due.state = 'pending'
+                                    AND known.delivered_at IS NULL) AS leased
+          FROM due JOIN known ON known.id = due.id
+          WHERE due.limited
+          GROUP BY due.endpoint) n
+    WHERE b.endpoint = n.endpoint
+)
+UPDATE effects e SET
+    state = CASE WHEN known.delivered_at IS NULL THEN 'leased' ELSE 'delivered' END,
+    lease_owner = CASE WHEN known.delivered_at IS NULL THEN :worker_id END,
+    lease_token = CASE WHEN known.delivered_at IS NULL THEN gen_random_uuid() END,
+    lease_expires_at = CASE WHEN known.delivered_at IS NULL
+                            THEN now() + make_interval(secs => :lease_s) END,
+    next_attempt_at = CASE WHEN known.delivered_at IS NULL
+                           THEN now() + make_interval(secs => :lease_s)
+                           ELSE e.next_attempt_at END,
+    attempt_count = e.attempt_count + CASE WHEN known.delivered_at IS NULL THEN 1 ELSE 0 END,
+    delivered_at = COALESCE(known.delivered_at, e.delivered_at),
+    last_error = CASE WHEN known.delivered_at IS NULL THEN e.last_error
+                      ELSE 'already delivered (key ledger): not sent again' END,
+    updated_at = now()
+FROM known
+WHERE e.id = known.id
+RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
+          e.attempt_count, CAST(e.lease_token AS text) AS lease_token,
+          known.delivered_at IS NOT NULL AS already_delivered;
+
+-- name: durable_commit
+-- Outcomes and the key ledger are durable at COMMIT, even on a session that
+-- commits claims asynchronously (store.ENGINE_OPTIONS).
+SET LOCAL synchronous_commit = on;
+
+-- name: record
+-- Record a batch of attempt outcomes in one statement: every row is fenced by
+-- its lease token (a worker that lost its lease changes nothing on the effect;
+-- its attempt is logged as 'stale'); a delivery writes the key ledger in the
+-- same transaction; a 410 pauses the endpoint.
+-- The outcomes come as one JSON array of arrays (store.record): eleven typed
+-- arrays cost the driver ~8 us a row to quote and the server as much to parse
+-- (measured, every column read: 15.4-16.8 us a row round trip; as jsonb 3.6-3.7;
+-- as json 8.9-9.3, each ->> parsing its element again).
+WITH r AS (
+    SELECT CAST(j->>0 AS bigint) AS id, CAST(j->>1 AS uuid) AS token, j->>2 AS outcome,
+           CAST(j->>3 AS float8) AS delay_s, j->>4 AS error, CAST(j->>5 AS int) AS status_code,
+           j->>6 AS error_class, j->>7 AS excerpt,
+           to_timestamp(CAST(j->>8 AS float8)) AS started_at,
+           CAST(j->>9 AS float8) AS duration_ms, CAST(j->>10 AS int) AS attempt
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS j
+), updated AS (
+    UPDATE effects e SET
+        state = CASE r.outcome WHEN 'delivered' THEN 'delivered'
+                               WHEN 'retry' THEN 'pending'
+                               WHEN 'uncertain' THEN 'uncertain' ELSE 'dead' END,
+        -- kept on an uncertain effect (when its send started), cleared otherwise
+        send_started_at = CASE WHEN r.outcome = 'uncertain' THEN e.send_started_at END,
+        next_attempt_at = CASE WHEN r.outcome = 'retry'
+                               THEN now() + make_interval(secs => r.delay_s)
+                               ELSE e.next_attempt_at END,
+        delivered_at = CASE WHEN r.outcome = 'delivered' THEN now() ELSE e.delivered_at END,
+        last_error = r.error,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        updated_at = now()
+    FROM r
+    WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
+    RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error,
+              r.started_at
+), ledger AS (
+    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
+    SELECT idempotency_key, endpoint, payload_sha256, now() FROM updated
+    WHERE outcome = 'delivered'
+    ON CONFLICT (idempotency_key) DO NOTHING
+), paused AS (
+    UPDATE endpoints p SET enabled = false, paused_reason = g.reason, paused_at = now(),
+                           updated_at = now()
+    FROM (SELECT endpoint, min(error) AS reason FROM updated WHERE outcome = 'gone'
+          GROUP BY endpoint) g
+    WHERE p.name = g.endpoint AND p.enabled
+), streak AS (
+    -- What all dispatchers share (endpoint_budgets): a delivery ends the failing
+    -- streak and the rest; a failure extends the streak, and from the 5th in a row
+    -- the endpoint rests (1 s, doubling, at most 60 s): no dispatcher claims for it.
+    -- A healthy endpoint writes nothing here (the hot path), so a durable record
+    -- never holds a budget row that claims need (they would skip the endpoint).
+    UPDATE endpoint_budgets b SET
+        failures = CASE WHEN s.delivered > 0 THEN 0 ELSE b.failures + s.failed END,
+        failing_since = CASE WHEN s.delivered > 0 THEN NULL
+                             ELSE COALESCE(b.failing_since, s.first_failed_at) END,
+        resting_until = CASE
+            WHEN s.delivered > 0 THEN NULL
+            WHEN b.failures + s.failed >= 5
+                THEN now() + make_interval(secs => LEAST(60, 2 ^ LEAST(b.failures + s.failed - 5, 6)))
+            ELSE b.resting_until END
+    FROM (SELECT u.endpoint,
+                 count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,
+                 count(*) FILTER (WHERE u.outcome <> 'delivered') AS failed,
+                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at
+          FROM updated u GROUP BY u.endpoint) s
+    WHERE b.endpoint = s.endpoint AND (s.failed > 0 OR b.failures > 0)
+), logged AS (
+    INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
+                                   duration_ms, outcome, status_code, error_class, error,
+                                   response_excerpt)
+    SELECT r.id, r.attempt, :worker_id, r.token, r.started_at, r.duration_ms,
+           -- a hashed lookup: a join on the CTE planned as a nested loop (O(n^2))
+           CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
+                THEN r.outcome ELSE 'stale' END,
+           r.status_code, r.error_class, r.error, r.excerpt
+    FROM r
+    WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
+), counted AS MATERIALIZED (
+    -- The leases that ended on an endpoint with max_in_flight (store.record then
+    -- takes them off its count, see leases_ended): looked up per row below, so
+    -- kept apart from the other updated rows; without such endpoints, empty (a
+    -- lookup per row in all of updated cost ~1 ms per 130-row batch).
+    SELECT u.id, u.token, u.endpoint FROM updated u
+    JOIN endpoints ep ON ep.name = u.endpoint AND ep.max_in_flight IS NOT NULL
+)
+-- (tokens as text: the driver would parse every one into a uuid.UUID and back)
+-- (and, for a lease that ended on an endpoint with max_in_flight, its endpoint)
+SELECT r.id, CAST(r.token AS text), (r.id, r.token) IN (SELECT u.id, u.token FROM updated u),
+       (SELECT c.endpoint FROM counted c WHERE c.id = r.id AND c.token = r.token)
+FROM r;
+
+-- name: leases_ended
+-- Recorded leases leave their endpoint's max_in_flight count: right after the
+-- record's durable commit, in a statement of its own that commits at once
+-- (asynchronously), so the budget row a claim locks is held for microseconds,
+-- never for a WAL flush. (A crash between the two leaves the count high by that
+-- batch, holding the endpoint back, never letting it exceed its limit, until an
+-- operator changes its limits or resumes it, which recounts.)
+UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+FROM unnest(CAST(:endpoints AS text[]), CAST(:ended AS int[])) AS n(endpoint, ended)
+WHERE b.endpoint = n.endpoint;
+
+-- name: release
+-- Hand back leases of claimed-but-unsent effects (shutdown, a paused endpoint,
+-- a resting one): due again after :delays_s, and the attempt that never
+-- happened is not counted; the lease leaves its endpoint's max_in_flight count.
+WITH released AS (
+    UPDATE effects e SET state = 'pending',
+                         next_attempt_at = now() + make_interval(secs => r.delay_s),
+                         attempt_count = GREATEST(e.attempt_count - 1, 0),
+                         send_started_at = NULL,
+                         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                         updated_at = now()
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[]), CAST(:delays_s AS float8[]))
+         AS r(id, token, delay_s)
+    WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
+    RETURNING e.id, e.endpoint
+), freed AS (
+    UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+    FROM (SELECT endpoint, count(*) AS ended FROM released GROUP BY endpoint) n
+    JOIN endpoints ep ON ep.name = n.endpoint AND ep.max_in_flight IS NOT NULL
+    WHERE b.endpoint = n.endpoint
+)
+SELECT id FROM released;
+
+-- name: start_sends
+-- "This send started", before any byte of it goes out, for effects of endpoints
+-- that cannot deduplicate (docs/dispatcher.md, "Uncertain sends"): fenced by the
+-- lease token, so a worker that lost a lease learns it here and does not send;
+-- run under durable_commit, so the fact survives a crash of the machine too.
+-- Returns the ids marked (the ones that may be sent).
+UPDATE effects e SET send_started_at = now()
+FROM unnest(CAST(:ids AS bigint[]), CAST(:tokens AS uuid[])) AS r(id, token)
+WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
+RETURNING e.id;
+
+-- name: settle_uncertain
+-- An expired lease of a send that started (its dispatcher died or hung mid-send)
+-- becomes 'uncertain': never claimed (claimable_effects leaves it out), never
+-- retried; an operator decides. One range of ix_effects_send_started (rows are in
+-- it only while such a send is in flight); rows a record holds are skipped (it
+-- settles them). The attempt gets its row (outcome 'uncertain'), and the lease
+-- leaves its endpoint's max_in_flight count as a recorded one does.
+WITH expired AS (
+    SELECT e.id, e.lease_owner, e.lease_token, e.attempt_count, e.send_started_at,
+           'the send started at ' || to_char(e.send_started_at AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+           || ' and its lease expired with no outcome recorded (dispatcher '
+           || COALESCE(e.lease_owner, '?') || ' stopped mid-send?): not sent again '
+           || 'automatically; mark it delivered or send it again' AS reason
+    FROM effects e
+    WHERE e.state = 'leased' AND e.send_started_at IS NOT NULL
+      AND e.lease_expires_at < now()
+    FOR UPDATE SKIP LOCKED
+), settled AS (
+    UPDATE effects e SET state = 'uncertain', last_error = x.reason,
+                         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+                         updated_at = now()
+    FROM expired x
+    WHERE e.id = x.id
+    RETURNING e.id, e.idempotency_key, e.endpoint
+), logged AS (
+    INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
+                                   duration_ms, outcome, error_class, error)
+    SELECT x.id, x.attempt_count, COALESCE(x.lease_owner, '?'), x.lease_token,
+           x.send_started_at, 1000 * EXTRACT(EPOCH FROM now() - x.send_started_at),
+           'uncertain', 'LeaseExpired', x.reason
+    FROM expired x
+), freed AS (
+    UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+    FROM (SELECT endpoint, count(*) AS ended FROM settled GROUP BY endpoint) n
+    JOIN endpoints ep ON ep.name = n.endpoint AND ep.max_in_flight IS NOT NULL
+    WHERE b.endpoint = n.endpoint
+)
+SELECT idempotency_key, endpoint FROM settled;
+
+-- name: park_blocked
+-- An ordered endpoint's effects that wait behind an earlier unfinished effect of
+-- their key leave the claim's range of ix_effects_due: parked at 'infinity', as a
+-- held batch's are, until the earlier one finishes (the effects_unpark_* triggers
+-- wake each parked effect's successor, migration 1104). Only the front :window
+-- due rows of each ordered endpoint are looked at: the rows a claim walks first.
+-- Never waits: the blocked effect and the earlier one it waits for are locked
+-- SKIP LOCKED, the earlier one FOR SHARE, so it cannot finish (and find nothing
+-- to wake) before this parking commits; an earlier effect being recorded right
+-- now is skipped, and the effect stays due (a later pass parks it if need be).
+-- Nothing is parked on a schema without the waking trigger (a dispatcher newer
+-- than the database's migrations): a parked effect would wait there for ever.
+-- Planned so that stale statistics cannot blow it up (taken while the queue was
+-- empty, they once made the planner probe every due row before the LIMIT and
+-- join the front by rescanning all due rows: 5-7 s a pass, and the recorder
+-- waiting on its 30,000 FOR SHARE locks): the front is MATERIALIZED and probed
+-- on its own rows (at most :window an endpoint), each blocked row is then locked
+-- by its id behind an OFFSET 0 fence; the dispatcher's sessions keep sorts off
+-- (store.ENGINE_OPTIONS), so the probe can only step back in ix_effects_ordering.
+WITH front AS MATERIALIZED (
+    SELECT f.id
+    FROM endpoints o
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.endpoint, e.ordering_key, e.created_at, e.state FROM effects e
+        WHERE e.endpoint = o.name AND e.state IN ('pending', 'leased')
+          AND e.next_attempt_at <= now()
+        ORDER BY e.next_attempt_at
+        LIMIT :window
+    ) f
+    WHERE o.ordered AND f.ordering_key IS NOT NULL AND f.state = 'pending'
+      AND EXISTS (SELECT 1 FROM pg_trigger t
+                  WHERE t.tgrelid = 'effects'::regclass
+                    AND t.tgname = 'effects_unpark_on_finish')
+      AND EXISTS (
+          -- the nearest earlier one first: one step back in ix_effects_ordering
+          -- (kept as written: a locking EXISTS is not simplified)
+          SELECT 1 FROM effects p
+          WHERE p.endpoint = f.endpoint AND p.ordering_key = f.ordering_key
+            AND p.state IN ('pending', 'leased')
+            AND (p.created_at, p.id) < (f.created_at, f.id)
+          ORDER BY p.created_at DESC, p.id DESC
+          LIMIT 1
+          FOR SHARE OF p SKIP LOCKED)
+), blocked AS (
+    -- Locked by id alone (a state condition here would let the planner take
+    -- ix_effects_due for it); the locked row's current state is checked after.
+    SELECT b.id
+    FROM front
+    CROSS JOIN LATERAL (
+        SELECT e.id, e.state, e.next_attempt_at FROM effects e
+        WHERE e.id = front.id
+        OFFSET 0
+        FOR UPDATE OF e SKIP LOCKED
+    ) b
+    WHERE b.state = 'pending' AND b.next_attempt_at <= now()
+)
+UPDATE effects e SET next_attempt_at = 'infinity'
+FROM blocked
+WHERE e.id = blocked.id;
+
+-- name: due_soon
+-- For --until-idle: is anything claimable due now, or within :within_s?
+SELECT EXISTS (
+    SELECT 1 FROM claimable_effects e
+    WHERE e.next_attempt_at <= now() + make_interval(secs => :within_s)
+);
+
+-- name: heartbeat
+-- Tell operators (and the API's "live workers") this worker is alive and busy.
+INSERT INTO worker_heartbeats (worker_id, hostname, pid, in_flight, delivered, failed)
+VALUES (:worker_id, :hostname, :pid, :in_flight, :delivered, :failed)
+ON CONFLICT (worker_id) DO UPDATE SET
+    last_seen_at = now(), in_flight = EXCLUDED.in_flight,
+    delivered = EXCLUDED.delivered, failed = EXCLUDED.failed, stopped_at = NULL;
+
+-- name: heartbeat_stopped
+-- A clean exit says so, so the worker is not mistaken for a crashed one.
+UPDATE worker_heartbeats SET stopped_at = now(), last_seen_at = now(), in_flight = 0
+WHERE worker_id = :worker_id;
+
+-- name: auto_disable
+-- An endpoint failing continuously (no delivery since the first failure of its
+-- current streak, which began :after_s or more ago, and at least :min_failures
+-- failed attempts) is paused by the system, with the reason, in the same
+-- statement as its operator_actions row (actor 'system'). Run by every
+-- dispatcher; "AND ep.enabled" lets exactly one of them do it.
+WITH disabled AS (
+    UPDATE endpoints ep SET
+        enabled = false,
+        paused_reason = 'disabled automatically: failing continuously since '
+            || to_char(b.failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            || ' (' || b.failures || ' failed attempts, no delivery since)',
+        paused_at = now(), updated_at = now()
+    FROM endpoint_budgets b
+    WHERE b.endpoint = ep.name AND ep.enabled
+      AND b.failing_since <= now() - make_interval(secs => :after_s)
+      AND b.failures >= :min_failures
+    RETURNING ep.name, ep.paused_reason, b.failing_since, b.failures
+)
+INSERT INTO operator_actions (actor, action, target, reason, details)
+SELECT 'system', 'disable_endpoint', name, paused_reason,
+       jsonb_build_object('failing_since', failing_since, 'failures', failures,
+                          'after_s', CAST(:after_s AS float8))
+FROM disabled
+RETURNING target, reason;

@@ -1,0 +1,348 @@
+"""The worker loop: claim due effects under a lease, send them, record the outcomes.
+
+At-least-once by nature: an effect is recorded only after it was sent, so a
+crash between the send and the record makes it be sent again (with the same
+``webhook-id``/``Message-ID``) once its lease expires; except to an endpoint
+that cannot deduplicate: its sends record their start first, and an expired
+lease of a started send ends 'uncertain' for an operator to decide
+(``starts``, docs/dispatcher.md "Uncertain sends"). Everything here is safe
+to repeat: records are fenced by the lease token in SQL, and a delivered key is
+never sent again (the key ledger).
+
+Shape (after procrastinate): one loop waits on "work, or stop, or the poll
+timer" and queues what it claims for ``concurrency`` senders (long-lived
+tasks, each sending one effect at a time); ``stop()`` only sets an event;
+side tasks (listener, recorder, heartbeat, settle_uncertain, park, progress;
+retention and auto_disable when configured) are named, and a crash of any of
+them or of a sender stops the worker with a non-zero exit; signals are
+installed by the CLI, not here. Nothing a receiver or an effect's data does can
+crash a side task or a sender: every attempt ends as a recorded outcome
+(``delivery``, ``recorder``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from spark_outbox.core import outside
+from spark_outbox.core.queue import QueueStats
+from spark_outbox.core.settings import Settings
+from spark_outbox.core.wakeup import Listener
+from spark_outbox.dispatch import prepared, retention, store
+from spark_outbox.dispatch.dbcalls import DbCalls
+from spark_outbox.dispatch.delivery import Delivery
+from spark_outbox.dispatch.metrics import Metrics
+from spark_outbox.dispatch.recorder import Recorder
+
+log = logging.getLogger(__name__)
+
+# Parking passes in a row, at most, before the next poll interval (each looks at
+# store.PARK_WINDOW rows of each ordered endpoint).
+PARK_PASSES = 100
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        *,
+        database_url: str,
+        until_idle: bool = False,
+        idle_within_s: float | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = settings.worker_id or default_worker_id()
+        self.until_idle = until_idle
+        # --until-idle: stop when nothing is due within this horizon (default: one poll).
+        self.idle_within_s = settings.poll_interval_s if idle_within_s is None else idle_within_s
+        self.metrics = metrics or Metrics()
+        self._engine = engine
+        self._url = database_url
+        self._db = DbCalls(engine)
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._crash: BaseException | None = None
+        # Claimed effects wait here for one of ``concurrency`` senders (long-lived
+        # tasks: a task per effect and a semaphore cost ~10 % of the process's CPU).
+        self._waiting: asyncio.Queue[store.Claimed] = asyncio.Queue()
+        self._held = 0  # claimed, not yet through a sender (waiting or being sent)
+        self._none_held = asyncio.Event()
+        self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
+        self._last_claimed = 0  # effects the last claim returned
+        self._recorder = Recorder(
+            self._db,
+            self.worker_id,
+            self.metrics,
+            batch_size=settings.claim_batch_size,
+            give_up_s=max(120.0, settings.lease_s),
+            recorded=self._settled,
+            prepared=settings.prepared_statements,
+        )
+        self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
+
+    @property
+    def delivered(self) -> int:
+        return self._recorder.counts["delivered"]
+
+    @property
+    def failed(self) -> int:
+        return self._recorder.counts.total() - self.delivered
+
+    def stop(self) -> None:
+        """Ask the worker to stop: no new claims; in-flight sends are finished."""
+        self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> int:
+        """Run until stopped (or idle, with ``until_idle``); 0 on a clean stop."""
+        delivery = Delivery(self.settings, self._db, self.metrics)
+        await delivery.start()
+        self.metrics.in_flight.set_function(lambda: self._held)  # read when scraped
+        senders = [
+            asyncio.create_task(self._sender(delivery), name=f"sender-{i}")
+            for i in range(self.settings.concurrency)
+        ]
+        side = {
+            "listener": asyncio.create_task(Listener(self._url, self.wake).run(), name="listener"),
+            "recorder": asyncio.create_task(self._recorder.run(), name="recorder"),
+            "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
+            "settle_uncertain": asyncio.create_task(self._settle(), name="settle_uncertain"),
+            "park": asyncio.create_task(self._park(), name="park"),
+        }
+        if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
+            purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
+            side["retention"] = asyncio.create_task(purging, name="retention")
+        if self.settings.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
+            side["auto_disable"] = asyncio.create_task(self._auto_disable(), name="auto_disable")
+        if self.settings.progress_interval_s > 0:
+            side["progress"] = asyncio.create_task(self._progress(), name="progress")
+        for task in [*side.values(), *senders]:
+            task.add_done_callback(self._side_task_done)  # a sender never ends but cancelled
+        log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})
+        try:
+            await self._loop()
+        finally:
+            await self._shutdown(delivery, side, senders)
+        return 1 if self._crash is not None else 0
+
+    def _side_task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        finished = task.get_name() == "recorder" and self._stopping.is_set()
+        if finished and task.exception() is None:
+            return  # the recorder ends after its last batch at shutdown
+        self._crash = task.exception() or RuntimeError(f"side task {task.get_name()} returned")
+        log.error(
+            "side task crashed; stopping",
+            extra={"event": "worker.crashed", "task": task.get_name(), "error": repr(self._crash)},
+        )
+        self.stop()
+
+    async def _loop(self) -> None:
+        s = self.settings
+        # Hold up to one batch more than the sends in flight: the next effects are
+        # claimed while the current ones are being sent (the claim takes a while).
+        capacity = s.concurrency + s.claim_batch_size
+        while not self._stopping.is_set():
+            self._wake.clear()
+            limit = min(s.claim_batch_size, capacity - self._held)
+            # After a short claim (little is due: most of a claim's cost is then its
+            # planning) the claim runs prepared, at one of a few sizes, each a
+            # statement prepared per connection. Under a backlog it is planned per
+            # call as before: PostgreSQL chose custom plans there anyway, and the
+            # prepared path measured ~8 % fewer deliveries/s (bench/RESULTS.md).
+            small = s.prepared_statements and prepared.is_short(
+                self._last_claimed, s.claim_batch_size
+            )
+            if small and limit > 0:
+                limit = prepared.size_of(limit, s.claim_batch_size)
+            if limit > 0:
+                claimed = await self._db.call(
+                    functools.partial(store.claim, prepared=small),
+                    self.worker_id,
+                    limit,
+                    s.lease_s,
+                    until=self._stopping,
+                )
+                self._last_claimed = len(claimed or [])
+                for effect in claimed or []:
+                    self._unrecorded += 1
+                    self._held += 1
+                    self._waiting.put_nowait(effect)
+                if claimed is not None and len(claimed) == limit:
+                    continue  # more may be due right now
+            if self.until_idle and await self._idle():
+                log.info("nothing due: idle", extra={"event": "worker.idle"})
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), s.poll_interval_s)
+
+    async def _idle(self) -> bool:
+        if self._held or self._unrecorded:
+            return False
+        await self._settle_once()  # idle means nothing is left leased and expired
+        due = await self._db.call(store.due_soon, self.idle_within_s)
+        return due is False
+
+    async def _sender(self, delivery: Delivery) -> None:
+        """One of ``concurrency``: sends claimed effects one after another, for ever."""
+        while True:
+            effect = await self._waiting.get()
+            try:
+                outcome = await delivery.attempt(effect)
+            except Exception as exc:  # never leave a claimed effect unaccounted
+                log.error(
+                    "attempt failed before sending; lease handed back",
+                    extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
+                    | outside.failure(exc),
+                )
+                outcome = store.Release(
+                    effect.id, effect.lease_token, self.settings.poll_interval_s
+                )
+            self._recorder.queue.put_nowait(outcome)
+            self._sent()
+
+    def _settled(self, count: int) -> None:
+        self._unrecorded -= count
+        if self.until_idle and not self._unrecorded:
+            # Only the idle check waits for records; a claim waits for send slots
+            # (_send_done) or new work (NOTIFY): a wake per record batch was a claim
+            # per record batch, most of them empty at a low rate.
+            self._wake.set()
+
+    def _sent(self) -> None:
+        self._held -= 1
+        if not self._held:
+            self._none_held.set()
+        s = self.settings
+        room = s.concurrency + s.claim_batch_size - self._held
+        if room >= max(1, s.claim_batch_size // 2):
+            self._wake.set()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await self._db.call(
+                store.heartbeat, self.worker_id, self._held, self.delivered, self.failed
+            )
+            stats = await self._db.call(store.queue_stats)
+            if stats is not None:
+                self._queue = stats
+                self.metrics.queue_depth.set(stats.depth)
+                self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _settle(self) -> None:
+        """Every heartbeat interval: expired leases of started sends become 'uncertain'
+        (claimable_effects never offers them meanwhile; docs/dispatcher.md)."""
+        while True:
+            await self._settle_once()
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _park(self) -> None:
+        """Every poll interval: ordered endpoints' effects waiting behind an earlier one
+        of their key leave the claim's range (store.park_blocked); pass after pass
+        while a pass parks some, at most PARK_PASSES in a row."""
+        while True:
+            for _ in range(PARK_PASSES):
+                if not await self._db.call(store.park_blocked):
+                    break
+            await asyncio.sleep(self.settings.poll_interval_s)
+
+    async def _settle_once(self) -> None:
+        for key, endpoint in await self._db.call(store.settle_uncertain) or []:
+            self.metrics.delivery(endpoint, "uncertain").inc()
+            log.warning(
+                "send started, lease expired: uncertain, not sent again",
+                extra={"event": "effect.uncertain", "idempotency_key": key}
+                | {"endpoint": endpoint},
+            )
+
+    async def _auto_disable(self) -> None:
+        """Every heartbeat interval: disable endpoints failing for too long (one
+        dispatcher does it; the others find nothing left to do)."""
+        while True:
+            await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
+            await asyncio.sleep(self.settings.heartbeat_interval_s)
+
+    async def _progress(self) -> None:
+        """One INFO line per interval: what was settled since the last line, and the queue."""
+        interval_s = self.settings.progress_interval_s
+        last, last_at = self._recorder.counts.copy(), time.monotonic()
+        while True:
+            await asyncio.sleep(interval_s)
+            now, counts = time.monotonic(), self._recorder.counts.copy()
+            since = counts - last
+            fields: dict[str, object] = {
+                "delivered": since["delivered"],
+                "retried": since["retry"],
+                "dead": since["dead"] + since["gone"],
+                "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
+                "queue_depth": self._queue.depth,
+                "in_flight": self._held,
+            }
+            log.info(
+                progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields
+            )
+            last, last_at = counts, now
+
+    async def _shutdown(
+        self,
+        delivery: Delivery,
+        side: dict[str, asyncio.Task[None]],
+        senders: list[asyncio.Task[None]],
+    ) -> None:
+        """Finish in-flight sends (up to the timeout), hand back unsent leases,
+        flush the outcomes, say we stopped. Sends cut off by the timeout stay
+        leased: they are sent again once the lease expires (at-least-once), or, to an
+        endpoint that cannot deduplicate, end 'uncertain'."""
+        self._stopping.set()
+        delivery.hold_unstarted()  # the senders hand back what is still waiting
+        if self._held:
+            self._none_held.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._none_held.wait(), self.settings.shutdown_timeout_s)
+        for task in senders:
+            task.cancel()
+        await asyncio.gather(*senders, return_exceptions=True)
+        await self._recorder.queue.put(None)
+        recorder = side.pop("recorder")
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(recorder), self.settings.shutdown_timeout_s)
+        for task in side.values():
+            task.cancel()
+        await asyncio.gather(*side.values(), return_exceptions=True)
+        await delivery.close()
+        with contextlib.suppress(Exception):
+            await self._db.call(store.heartbeat_stopped, self.worker_id, give_up_after_s=5.0)
+        self._db.close()
+        log.info(
+            "worker stopped",
+            extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},
+        )
+
+
+def progress_line(f: dict[str, Any], seconds: float) -> str:
+    return (
+        f"progress: {f['delivered']:,} delivered, {f['retried']:,} retried, {f['dead']:,} dead "
+        f"in the last {seconds:.0f} s ({f['rate_per_s']:,.1f}/s); "
+        f"queue depth {f['queue_depth']:,}, {f['in_flight']:,} in flight"
+    )

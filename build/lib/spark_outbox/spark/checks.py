@@ -1,0 +1,221 @@
+"""The effects contract, checked on the executors, one Arrow record batch at a time.
+
+Runs on Spark executors: nothing heavier than pyarrow and the dispatcher's
+validation helpers (an import-linter contract keeps it so). Vectorised checks
+clear the plain rows; only payloads are handled one by one (canonical JSON and
+its hash, exactly as ``enqueue`` computes them). Rows the vectorised test does
+not clear get the exact per-row check (``check_row``), so every reason is the
+one ``enqueue`` would give. The driver hands over the registered endpoints and
+their kinds (read once per batch): an unknown endpoint is a reject, and an
+effect on an e-mail endpoint must pass ``check_email_effect``.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from spark_outbox.core.errors import InvalidEffect, UnknownEndpoint
+from spark_outbox.core.validation import (
+    MAX_ORDERING_KEY_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_RECIPIENT_CHARS,
+    MAX_REFERENCE_CHARS,
+    check_email_effect,
+    check_endpoint_name,
+    check_key,
+    check_optional_text,
+    check_supersedes,
+    payload_bytes,
+    unscreened_canonical,
+)
+
+# Columns of a checked batch's valid rows, in the order the write path COPYs them.
+VALID_COLUMNS = (
+    "idempotency_key",
+    "endpoint",
+    "recipient",
+    "payload",
+    "payload_sha256",
+    "ordering_key",
+    "reference",
+    "supersedes",
+    "not_before",
+)
+_TEXT_LIMITS = (
+    ("recipient", MAX_RECIPIENT_CHARS),
+    ("ordering_key", MAX_ORDERING_KEY_CHARS),
+    ("reference", MAX_REFERENCE_CHARS),
+)
+_KEY_REGEX = r"^[0-9a-f]{64}$"
+# ``FAST_PATH_SCREEN`` narrowed for the column: its third alternative, a fixed-point
+# float below 1e-4, is a number token, and in orjson's compact output a number starts
+# right after ':', ',' or '[' (with its sign). Money written as text ("10.0000"), which
+# the wide screen sends to the exact path, keeps orjson's bytes; they are the canonical
+# ones (a property test in tests/test_checks.py proves the screen still catches every
+# payload whose orjson bytes differ). The other alternatives are the wide screen's.
+COLUMN_SCREEN = r"\\u0000|[0-9]e[-+]|[:,\[]-?0\.0000"
+_VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps it
+
+
+def unknown_endpoint(name: str) -> str:
+    return str(UnknownEndpoint(name))
+
+
+def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str | None, bytes]:
+    """(reason, canonical payload bytes); the reason is None for a valid row."""
+    declared = row.get("reject_reason")
+    if declared:
+        return str(declared), b""
+    try:
+        check_supersedes(row.get("supersedes"), check_key(row.get("idempotency_key")))
+        endpoint = check_endpoint_name(row.get("endpoint"))
+        data = payload_bytes(row.get("payload"))
+        for field, limit in _TEXT_LIMITS:
+            check_optional_text(field, row.get(field), limit)
+        for field in ("endpoint", "recipient", "ordering_key", "reference"):
+            if "\x00" in (row.get(field) or ""):
+                raise InvalidEffect(field, "contains a NUL character", "remove it")
+        kind = endpoints.get(endpoint)
+        if kind is None:
+            return unknown_endpoint(endpoint), b""
+        if kind == "email":
+            check_email_effect(row.get("recipient"), json.loads(data))
+    except InvalidEffect as exc:
+        return str(exc), b""
+    except ValueError as exc:  # e.g. a lone surrogate escape that UTF-8 cannot encode
+        return _unencodable(exc), b""
+    return None, data
+
+
+def _payload_only(text: object) -> tuple[str | None, bytes]:
+    """``check_row`` for a row the vectorised checks cleared: only its payload can fail."""
+    try:
+        return None, payload_bytes(text)
+    except InvalidEffect as exc:
+        return str(exc), b""
+    except ValueError as exc:
+        return _unencodable(exc), b""
+
+
+def _unencodable(exc: ValueError) -> str:
+    return f"payload: cannot be encoded as UTF-8 JSON ({exc}); fix the text"
+
+
+def raw_json(row: Mapping[str, Any]) -> str:
+    """The rejected row as JSON text that jsonb accepts (NUL characters replaced)."""
+    clean = {k: _printable(v) for k, v in row.items() if k != "reject_reason"}
+    return json.dumps(clean, ensure_ascii=False, default=str)
+
+
+def _printable(value: Any) -> Any:
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]:
+    """(valid rows, rejects) of one Arrow record batch, both Arrow tables.
+
+    Valid rows carry ``VALID_COLUMNS`` (payload canonical, hash computed);
+    rejects carry ``reason`` and ``raw_row`` (the row as JSON text). Only the
+    payloads are handled row by row (orjson, then one digest), in
+    comprehensions; the rest is Arrow column operations. Rows the column checks
+    do not clear get ``check_row``; cleared rows the screen flags get only the
+    exact payload check (``payload_bytes``, enqueue's definition).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+    column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
+    cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
+    texts = column["payload"].to_pylist()
+    canonical = [
+        unscreened_canonical(t) if ok else None for ok, t in zip(cleared, texts, strict=True)
+    ]
+    reasons: list[str] = []
+    raw_rows: list[str] = []
+    for i in _screened_out(canonical):
+        if cleared[i]:  # only the payload can fail: no row dict unless it does
+            reason, data = _payload_only(texts[i])
+            row = None
+        else:
+            row = {name: values[i].as_py() for name, values in column.items()}
+            reason, data = check_row(row, endpoints)
+        if reason is None:
+            canonical[i] = data
+        else:
+            row = row or {name: values[i].as_py() for name, values in column.items()}
+            reasons.append(reason)
+            raw_rows.append(raw_json(row))
+    good = [data for data in canonical if data is not None]
+    valid = {name: column[name] for name in VALID_COLUMNS if name in column}
+    if reasons:
+        mask = pa.array([data is not None for data in canonical], pa.bool_())
+        valid = {name: pc.filter(values, mask) for name, values in valid.items()}
+    # Valid UTF-8 by construction; the cast checks it in C, no Python decode per row.
+    valid["payload"] = pa.array(good, pa.binary()).cast(pa.string())
+    valid["payload_sha256"] = _sha256_hex(good)
+    rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
+    return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
+
+
+def _sha256_hex(good: list[bytes]) -> Any:
+    """``payload_sha256`` of each payload as a string array: one C call per row (the
+    digest), then one hex conversion for the whole column."""
+    import pyarrow as pa
+
+    sha256 = hashlib.sha256
+    digests = binascii.hexlify(b"".join([sha256(data).digest() for data in good]))
+    hexed = pa.Array.from_buffers(pa.binary(64), len(good), [None, pa.py_buffer(digests)])
+    return hexed.cast(pa.string())
+
+
+def _screened_out(canonical: list[bytes | None]) -> list[int]:
+    """Rows the fast path did not clear, or whose bytes ``COLUMN_SCREEN`` (the screen
+    ``payload_bytes`` applies, narrowed, here run by RE2 over the column) sends to the
+    exact path; those rows get the exact check, and their bytes are replaced."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    data = pa.array(canonical, pa.large_binary())
+    suspect = pc.or_kleene(
+        pc.match_substring_regex(data, COLUMN_SCREEN),
+        pc.greater(pc.binary_length(data), MAX_PAYLOAD_BYTES),
+    )
+    rows: list[int] = pc.indices_nonzero(pc.fill_null(suspect, True)).to_pylist()
+    for i in rows:
+        canonical[i] = None
+    return rows
+
+
+def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:
+    """True where a row surely passes every check but the payload's (webhook rows only)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    webhooks = pa.array([name for name, kind in endpoints.items() if kind != "email"], pa.string())
+    plain = pc.and_kleene(
+        pc.is_null(column["reject_reason"]),
+        pc.match_substring_regex(column["idempotency_key"], _KEY_REGEX),
+    )
+    plain = pc.and_kleene(plain, pc.is_in(column["endpoint"], value_set=webhooks))
+    plain = pc.and_kleene(plain, pc.is_null(column["supersedes"]))  # corrections: per row
+    plain = pc.and_kleene(plain, _clean_text(column["endpoint"], None, required=True))
+    for field, limit in _TEXT_LIMITS:
+        plain = pc.and_kleene(plain, _clean_text(column[field], limit))
+    return plain
+
+
+def _clean_text(values: Any, max_chars: int | None, *, required: bool = False) -> Any:
+    """True where the text is surely fine (null allowed unless required), else false/null."""
+    import pyarrow.compute as pc
+
+    ok = pc.invert(pc.match_substring(values, "\x00"))
+    if max_chars is not None:
+        ok = pc.and_kleene(ok, pc.less_equal(pc.utf8_length(values), max_chars))
+    if required:
+        return pc.and_kleene(ok, pc.match_substring_regex(values, _VISIBLE))
+    return pc.or_kleene(pc.is_null(values), ok)

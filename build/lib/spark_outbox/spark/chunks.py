@@ -1,0 +1,266 @@
+"""How an executor writes its partition of effects into the outbox, chunk by chunk.
+
+Runs on Spark executors (psycopg2 and pyarrow only). Each chunk is one
+transaction: checked rows (spark_outbox.spark.checks), keys of the key ledger removed,
+sorted by key, tagged with the run, and COPYed straight into ``effects``,
+invisible until the run's marker commits. A chunk that meets a taken key
+(unique violation) is rolled back to its savepoint and written through the
+temporary table ``incoming_effects`` with ``ON CONFLICT DO NOTHING``; every
+taken key is then classified (executor.sql, ``classify_taken``): visible ->
+deduplicated, this run's own -> fine, another markerless run's -> deferred.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from spark_outbox.core import sqltext
+from spark_outbox.spark import pgbinary
+from spark_outbox.spark.checks import VALID_COLUMNS, checked_effects
+from spark_outbox.spark.pgbinary import CopyData
+
+_Q = sqltext.beside(__file__, "executor.sql")
+# Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
+# aborts one chunk, which is simply tried again (it is one transaction).
+_DEADLOCK_TRIES = 5
+# The checked columns COPY writes into effects (not_before goes to next_attempt_at).
+_EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name != "not_before")
+# psycopg2 sends a COPY in pieces of this size (its default, 8 KiB, means ~3,000 calls a chunk).
+_READ_BYTES = 1 << 20
+# Test hook: pause a task after its first chunk committed (kill tests "mid-write").
+PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTag:
+    """What every task of a run needs: where to write, and as whom."""
+
+    dsn: str
+    job: str
+    batch_id: str
+    run_id: str
+    endpoints: Mapping[str, str]  # registered endpoint name -> kind, read once per batch
+
+
+@dataclasses.dataclass
+class TaskReport:
+    task_id: int
+    rows: int = 0  # valid effect rows (or result rows)
+    mismatches: int = 0
+    deferred: int = 0
+    rejects: int = 0
+    # A few keys met with another payload, space-separated: the driver logs them.
+    mismatch_keys: str = ""
+
+    def add_mismatch_keys(self, keys: Iterable[str], most: int = 5) -> None:
+        kept = self.mismatch_keys.split()
+        kept += [k for k in keys if k not in kept][: max(most - len(kept), 0)]
+        self.mismatch_keys = " ".join(kept)
+
+
+def write_effects(
+    conn: Any, run: RunTag, report: TaskReport, batches: Iterable[Any], chunk_rows: int
+) -> None:
+    """Check and write ``batches`` in chunks of about ``chunk_rows`` rows."""
+    import pyarrow as pa
+
+    with conn.cursor() as cur:
+        cur.execute(_Q["create_incoming"])
+    conn.commit()
+    chunk = _Chunk(conn, run, report)
+    conn.commit()
+    valid: list[Any] = []
+    rejects: list[Any] = []
+    for batch in batches:
+        good, bad = checked_effects(batch, run.endpoints)
+        valid.append(good)
+        rejects.append(bad)
+        if sum(t.num_rows for t in valid) + sum(t.num_rows for t in rejects) >= chunk_rows:
+            chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
+            valid, rejects = [], []
+    if valid:
+        chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
+
+
+class _Chunk:
+    """Writes one chunk per transaction: straight into the outbox by COPY while no
+    key of this task was taken, else through ``incoming_effects`` and classified."""
+
+    def __init__(self, conn: Any, run: RunTag, report: TaskReport) -> None:
+        self.conn = conn
+        self.run = run
+        self.report = report
+        self.params = {
+            "job": run.job,
+            "batch_id": run.batch_id,
+            "run_id": run.run_id,
+            "task_id": report.task_id,
+        }
+        self.optimistic = True  # plain COPY until a key turns out to be taken
+        with conn.cursor() as cur:
+            cur.execute(_Q["ledger_is_empty"])
+            self.ledger_empty = bool(cur.fetchone()[0])
+        self.written = 0
+
+    def write(self, valid: Any, rejects: Any) -> None:
+        import psycopg2.errors
+
+        self.report.rows += valid.num_rows
+        valid = self._without_ledger_keys(valid)
+        plain, scheduled = _tagged_copy(valid, self.run)
+        rejects_csv = self._rejects_csv(rejects)
+        for attempt in range(_DEADLOCK_TRIES):
+            try:
+                mismatches, deferred = self._once(plain, scheduled, valid.num_rows, rejects_csv)
+                break
+            except psycopg2.errors.DeadlockDetected:
+                self.conn.rollback()
+                if attempt == _DEADLOCK_TRIES - 1:
+                    raise
+        self.report.mismatches += mismatches
+        self.report.deferred += deferred
+        self.report.rejects += rejects.num_rows
+        self.written += 1
+        if self.written == 1:
+            _maybe_pause("effects_written")
+
+    def _once(
+        self, plain: CopyData, scheduled: CopyData | None, rows: int, rejects_csv: bytes | None
+    ) -> tuple[int, int]:
+        """One transaction; (mismatches, deferred) among the taken keys."""
+        counts = (0, 0)
+        with self.conn.cursor() as cur:
+            if rows and not (self.optimistic and self._copy_straight(cur, plain, scheduled)):
+                counts = self._insert_classified(cur, plain, scheduled, rows)
+            if rejects_csv is not None:
+                cur.copy_expert(_Q["stage_rejects"], io.BytesIO(rejects_csv))
+        self.conn.commit()
+        return counts
+
+    def _copy_straight(self, cur: Any, plain: CopyData, scheduled: CopyData | None) -> bool:
+        import psycopg2.errors
+
+        cur.execute("SAVEPOINT straight")
+        try:
+            cur.copy_expert(_Q["copy_effects"], plain.open(), _READ_BYTES)
+            if scheduled is not None:
+                cur.copy_expert(_Q["copy_scheduled_effects"], scheduled.open(), _READ_BYTES)
+            return True
+        except psycopg2.errors.UniqueViolation:
+            cur.execute("ROLLBACK TO SAVEPOINT straight")
+            self.optimistic = False
+            return False
+
+    def _insert_classified(
+        self, cur: Any, plain: CopyData, scheduled: CopyData | None, rows: int
+    ) -> tuple[int, int]:
+        cur.copy_expert(_Q["copy_incoming"], plain.open(), _READ_BYTES)
+        if scheduled is not None:
+            cur.copy_expert(_Q["copy_scheduled_incoming"], scheduled.open(), _READ_BYTES)
+        cur.execute(_Q["insert_effects"])
+        if cur.rowcount == rows:
+            return 0, 0
+        cur.execute(_Q["classify_taken"], self.params)
+        mismatches, deferred, keys = cur.fetchone()
+        self.report.add_mismatch_keys(keys or ())
+        return int(mismatches), int(deferred)
+
+    def _without_ledger_keys(self, valid: Any) -> Any:
+        """Keys in the key ledger leave the chunk: deduplicated, mismatches counted."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.ledger_empty or not valid.num_rows:
+            return valid
+        with self.conn.cursor() as cur:
+            cur.execute(_Q["ledger_keys"], {"keys": valid.column("idempotency_key").to_pylist()})
+            known = dict(cur.fetchall())
+        if not known:
+            return valid
+        keys = valid.column("idempotency_key")
+        taken = pc.is_in(keys, value_set=pa.array(list(known), pa.string()))
+        for key, sha in zip(
+            pc.filter(keys, taken).to_pylist(),
+            pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
+            strict=True,
+        ):
+            if known[key] != sha:
+                self.report.mismatches += 1
+                self.report.add_mismatch_keys([key])
+        return valid.filter(pc.invert(taken))
+
+    def _rejects_csv(self, rejects: Any) -> bytes | None:
+        import pyarrow as pa
+
+        n = rejects.num_rows
+        if not n:
+            return None
+        tagged = pa.table(
+            {
+                "run_id": pa.repeat(pa.scalar(self.run.run_id), n),
+                "task_id": pa.repeat(pa.scalar(self.report.task_id, pa.int64()), n),
+                "reason": rejects.column("reason"),
+                "raw_row": rejects.column("raw_row"),
+            }
+        )
+        return csv(tagged).getvalue()
+
+
+def _tagged_copy(valid: Any, run: RunTag) -> tuple[CopyData, CopyData | None]:
+    """The chunk as binary COPY streams (spark_outbox.spark.pgbinary), tagged with the run:
+    rows due now (the column default now() sets next_attempt_at), and rows with
+    not_before (it does). Sorted by key: neighbouring keys land on neighbouring
+    pages of the unique index."""
+    import pyarrow.compute as pc
+
+    valid = valid.take(pc.sort_indices(valid, [("idempotency_key", "ascending")]))
+    due_now = pc.is_null(valid.column("not_before"))
+    plain = valid.filter(due_now)
+    scheduled = valid.filter(pc.invert(due_now))
+    return (
+        _copy_stream(plain, run, scheduled=False),
+        _copy_stream(scheduled, run, scheduled=True) if scheduled.num_rows else None,
+    )
+
+
+def _copy_stream(rows: Any, run: RunTag, *, scheduled: bool) -> CopyData:
+    """Fields in the order of executor.sql's COPY column lists."""
+    shared = (
+        pgbinary.field_count(len(_EFFECT_COLUMNS) + 3 + int(scheduled))
+        + pgbinary.text(run.job)
+        + pgbinary.text(run.batch_id)
+        + pgbinary.uuid_field(run.run_id)
+    )
+    columns = [
+        pgbinary.jsonb_column(rows.column(name))
+        if name == "payload"
+        else pgbinary.text_column(rows.column(name))
+        for name in _EFFECT_COLUMNS
+    ]
+    if scheduled:
+        columns.append(pgbinary.timestamptz_column(rows.column("not_before")))
+    return pgbinary.copy_stream(rows.num_rows, shared, columns)
+
+
+def csv(table: Any) -> io.BytesIO:
+    """Arrow quotes every string and leaves nulls unquoted and empty: in
+    PostgreSQL's CSV that is '' for an empty string and NULL for null."""
+    import pyarrow.csv as pacsv
+
+    buffer = io.BytesIO()
+    pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
+    buffer.seek(0)
+    return buffer
+
+
+def _maybe_pause(phase: str) -> None:
+    """Test hook: print a marker and pause so a kill test can kill this task here."""
+    if os.environ.get(PAUSE_ENV) == phase:
+        print(f"outbox-phase: {phase} (executor pid {os.getpid()})", file=sys.stderr, flush=True)
+        time.sleep(float(os.environ.get("OUTBOX_SPARK_PAUSE_S", "30")))

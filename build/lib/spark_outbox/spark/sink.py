@@ -1,0 +1,162 @@
+"""The outbox sink: a batch's results, effects and rejects become visible in ONE commit.
+
+Two ways in: ``OutboxSink.write(results_df, effects_df, batch_id=...)`` for batch
+jobs (the batch id is a run id such as the logical date), and
+``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where
+``derive(batch_df, batch_id)`` turns the micro-batch into ``(results_df, effects_df)``
+and the batch id carries the stream's checkpoint identity (spark_outbox.spark.streams).
+
+``write`` is the protocol, top to bottom (docs/design.md): a batch whose marker
+exists is a replay and writes nothing; otherwise a fresh run is registered, the
+executors write the effects straight into the outbox in parallel (invisible
+until the run's marker commits) and stage the result rows and rejects, and the
+driver runs the one commit transaction (spark_outbox.spark.commit). Visibility, not
+placement, is atomic: the marker's COMMIT makes everything of the run visible at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spark_outbox.core import db
+from spark_outbox.core.errors import ConfigurationError, OutboxError
+from spark_outbox.spark import commit, phases, preview, runs
+from spark_outbox.spark.chunks import RunTag, TaskReport
+from spark_outbox.spark.contract import effect_frame, result_frame
+from spark_outbox.spark.executor import CHUNK_ROWS, REPORT_SCHEMA, effects_writer, results_writer
+from spark_outbox.spark.guard import VolumeGuard
+from spark_outbox.spark.outcome import BatchOutcome, Marker
+from spark_outbox.spark.preview import BatchPreview
+from spark_outbox.spark.results import ResultsSpec
+from spark_outbox.spark.streams import stream_batch_id
+
+log = logging.getLogger(__name__)
+# (micro-batch, its batch id) -> (results or None, effects); DataFrames are untyped here.
+Derive = Callable[[Any, str], tuple[Any, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxSink:
+    job: str
+    database_url: str
+    results: ResultsSpec | None = None
+    # "reject": bad effect rows go to rejects, good ones commit; "fail": abort the batch.
+    on_invalid: str = "reject"
+    # Effect rows per executor transaction (COPY into a temp table, one insert).
+    chunk_rows: int = CHUNK_ROWS
+    # A run older than this that has not committed is swept with its rows.
+    abandoned_after_s: float = 3600.0
+    # Holds an outsized batch for an operator (guard.py); VolumeGuard.off() disables.
+    volume_guard: VolumeGuard = dataclasses.field(default_factory=VolumeGuard)
+
+    def __post_init__(self) -> None:
+        if self.on_invalid not in ("reject", "fail"):
+            raise ConfigurationError(f"on_invalid={self.on_invalid!r}: use 'reject' or 'fail'")
+
+    def foreach_batch(
+        self, derive: Derive, *, checkpoint: str | Path | None = None
+    ) -> Callable[[Any, int], None]:
+        """A ``foreachBatch`` callable; batch ids are ``<query id>/<n>`` (see streams.py).
+
+        ``checkpoint``: read the query id from ``<checkpoint>/metadata`` instead of
+        Spark's thread-local property (both name the same checkpoint).
+        """
+
+        def run(batch_df: Any, spark_batch_id: int) -> None:
+            batch_id = stream_batch_id(batch_df, spark_batch_id, checkpoint)
+            if self.replayed(batch_id) is not None:
+                return
+            # Materialised once, lineage cut: results and effects come from one computation.
+            frozen = batch_df.localCheckpoint(eager=True)
+            results_df, effects_df = derive(frozen, batch_id)
+            self.write(results_df, effects_df, batch_id=batch_id)
+
+        return run
+
+    def replayed(self, batch_id: str) -> BatchOutcome | None:
+        """The outcome of a replay (logged) if ``batch_id`` committed before, else None:
+        lets a job skip reading its input."""
+        engine = runs.engine_for(self.database_url)
+        try:
+            original = runs.read_marker(engine, self.job, batch_id)
+        finally:
+            engine.dispose()
+        return None if original is None else self._log(self._replayed(batch_id, original))
+
+    def write(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchOutcome:
+        """Commit one batch; a replayed batch id writes nothing and says so."""
+        engine = runs.engine_for(self.database_url)
+        try:
+            original = runs.read_marker(engine, self.job, batch_id)
+            if original is not None:
+                return self._log(self._replayed(batch_id, original))
+            endpoints = runs.endpoint_kinds(engine)
+            run_id = runs.begin_run(engine, self.job, batch_id)
+            run = RunTag(db.libpq_url(self.database_url), self.job, batch_id, run_id, endpoints)
+            try:
+                phases.reached("writing")
+                written = self._write_on_executors(run, results_df, effects_df)
+                phases.reached("written")
+                outcome = commit.commit(engine, self._request(run, results_df, effects_df), written)
+            except Exception:
+                _abandon_quietly(engine, run_id)
+                raise
+            runs.sweep(engine, self.abandoned_after_s)  # e.g. our rows, when we lost a race
+        finally:
+            engine.dispose()
+        return self._log(outcome)
+
+    def preview(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchPreview:
+        """What ``write`` would do with this batch, computed in full, written nowhere
+        (spark_outbox.spark.preview): new, same-payload and changed keys, rejects, the guard."""
+        return preview.preview(
+            self.job, self.database_url, self.volume_guard, results_df, effects_df, batch_id
+        )
+
+    def _write_on_executors(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.Written:
+        """Effects into the outbox, results and rejects into staging: one Spark job each.
+
+        ``collect`` returns the reports of the task attempts that succeeded only.
+        """
+        effects = effect_frame(effects_df).mapInArrow(
+            effects_writer(run, self.chunk_rows), REPORT_SCHEMA
+        )
+        effect_tasks = tuple(TaskReport(**row.asDict()) for row in effects.collect())
+        result_tasks: tuple[TaskReport, ...] = ()
+        if results_df is not None:
+            results = result_frame(results_df).mapInArrow(results_writer(run), REPORT_SCHEMA)
+            result_tasks = tuple(TaskReport(**row.asDict()) for row in results.collect())
+        return commit.Written(effect_tasks, result_tasks)
+
+    def _request(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.CommitRequest:
+        return commit.CommitRequest(
+            job=self.job,
+            batch_id=run.batch_id,
+            run_id=run.run_id,
+            results=self.results if results_df is not None else None,
+            result_columns=tuple(results_df.columns) if results_df is not None else (),
+            on_invalid=self.on_invalid,
+            spark_app_id=effects_df.sparkSession.sparkContext.applicationId,
+            volume_guard=self.volume_guard,
+        )
+
+    def _replayed(self, batch_id: str, original: Marker) -> BatchOutcome:
+        return BatchOutcome(
+            job=self.job, batch_id=batch_id, status="replayed", run_id=None, original=original
+        )
+
+    def _log(self, outcome: BatchOutcome) -> BatchOutcome:
+        fields = dataclasses.asdict(outcome)
+        log.info("batch %s", outcome.status, extra={"event": f"batch.{outcome.status}", **fields})
+        return outcome
+
+
+def _abandon_quietly(engine: Any, run_id: str) -> None:
+    """The write failed: sweep the run's rows now (the database may be gone: then later)."""
+    with contextlib.suppress(OutboxError):
+        runs.abandon(engine, run_id)
