@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import signal
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any
-
-import uvicorn
 
 from spark_outbox.cli.database import database_url
 from spark_outbox.core.settings import Settings
@@ -22,12 +16,13 @@ def register(sub: Any) -> None:
     serve_p = cmds.add_parser("serve", help="serve the API (uvicorn); SIGTERM stops it cleanly")
     serve_p.add_argument("--host", help="bind address (default: $OUTBOX_API_HOST or 127.0.0.1)")
     serve_p.add_argument("--port", type=int, help="port (default: $OUTBOX_API_PORT or 8000)")
-    serve_p.set_defaults(handler=serve)
+    serve_p.set_defaults(handler=serve, extras=("api",))
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Build the app here, at the entry point, and serve it until SIGTERM/SIGINT."""
     from spark_outbox.api.app import create_app
+    from spark_outbox.api.server import serve_until_stopped
 
     overrides: dict[str, Any] = {}
     if args.host:
@@ -36,35 +31,5 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         overrides["api_port"] = args.port
     overrides["database_url"] = database_url(settings)
     settings = dataclasses.replace(settings, **overrides)
-    app = create_app(settings)
-    # log_config=None keeps the JSON/text logging that cli.main configured.
-    config = uvicorn.Config(
-        app,
-        host=settings.api_host,
-        port=settings.api_port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-    )
-    server = _CleanExitServer(config)
-    server.run()
+    serve_until_stopped(create_app(settings), settings.api_host, settings.api_port)
     return 0
-
-
-class _CleanExitServer(uvicorn.Server):
-    """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown (exit status -15);
-    the CLI contract is exit 0 after a clean shutdown, so the signal only asks to stop."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        def stop(signum: int, frame: FrameType | None) -> None:
-            if self.should_exit and signum == signal.SIGINT:
-                self.force_exit = True  # a second Ctrl-C: stop waiting for requests
-            self.should_exit = True
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)

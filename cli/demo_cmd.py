@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--drain-timeout", type=float, default=600, help="seconds to wait for the dispatchers"
     )
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, extras=("spark", "api", "demo"))
 
 
 def _positive(raw: str) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_outbox.cli import extras
 from spark_outbox.core import logs
 from spark_outbox.core.errors import ConfigurationError, OutboxError
 from spark_outbox.core.settings import Settings
@@ -151,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from_args(args)
         logs.configure(settings.log_level, settings.log_format)
+        extras.require(getattr(args, "extras", ()), _command_line(parser, args))
         return int(args.handler(args, settings) or 0)
     except OutboxError as exc:
         print(f"outbox: error: {exc}", file=sys.stderr)
@@ -159,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _closed_pipe()
+
+
+def _command_line(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``outbox api serve``: the command and its action, as typed."""
+    words = [parser.prog, args.command]
+    action = next((v for k, v in vars(args).items() if k.endswith("_command") and v), None)
+    return " ".join([*words, action] if action else words)
 
 
 def _closed_pipe() -> int:

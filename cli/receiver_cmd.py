@@ -32,14 +32,14 @@ def register(sub: Any) -> None:
         "--secret",
         help=f"the endpoint's signing secret, whsec_... (default: ${SECRET_ENV}, else generated)",
     )
-    serve.set_defaults(handler=serve_receiver)
+    serve.set_defaults(handler=serve_receiver, extras=("demo",))
 
     m = sub.add_parser("mailcatcher", help="a local SMTP server that catches and counts mail")
     mcmds = m.add_subparsers(dest="mailcatcher_command", required=True, metavar="ACTION")
     mserve = mcmds.add_parser("serve", help="catch SMTP on loopback; stats over HTTP")
     _common(mserve, default_port=8025)
     mserve.add_argument("--http-port", type=int, default=0, help="stats port (0: a free one)")
-    mserve.set_defaults(handler=serve_mailcatcher)
+    mserve.set_defaults(handler=serve_mailcatcher, extras=("demo",))
 
 
 def _common(p: argparse.ArgumentParser, default_port: int) -> None:

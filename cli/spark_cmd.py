@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
         "--json", action="store_true", help="--dry-run: one JSON object per date (default: text)"
     )
     _guard_args(run)
-    run.set_defaults(handler=run_job)
+    run.set_defaults(handler=run_job, extras=("spark",))
 
 
 def _guard_args(run: argparse.ArgumentParser) -> None:
