@@ -1,0 +1,95 @@
+"""The objects files (dispatcher/core/objects/) are the current text of every view,
+function and trigger: built over the tables alone they give the catalog the
+migrations give, run again over head they change nothing, and they leave none out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from dispatcher import db
+from dispatcher.core import objects
+from dispatcher.schema import metadata
+from outbox.tools import scratch
+
+# Each object as PostgreSQL prints it back: the stored definition, not our text,
+# so layout and comments outside a function's body do not count; a body does.
+CATALOG = sa.text("""
+SELECT 'view', c.relname, pg_get_viewdef(c.oid)
+  FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'function', p.proname, pg_get_functiondef(p.oid)
+  FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+UNION ALL
+SELECT 'trigger', t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t WHERE NOT t.tgisinternal
+""")
+
+CREATES = re.compile(r"^CREATE (?:OR REPLACE )?(?:VIEW|FUNCTION|TRIGGER) (\w+)", re.MULTILINE)
+
+
+def catalog(conn: sa.Connection) -> dict[tuple[str, str], str]:
+    rows = conn.execute(CATALOG).all()
+    found = {(kind, name): definition for kind, name, definition in rows}
+    assert len(found) == len(rows), "two objects of one kind share a name"
+    return found
+
+
+def catalog_of(url: str) -> dict[tuple[str, str], str]:
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return catalog(conn)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def tables_url(server_url: str) -> Iterator[str]:
+    """A database with the tables of dispatcher.schema and the objects files, no migration."""
+    url = scratch.create_empty_database(server_url)
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            metadata.create_all(conn)
+            objects.apply(conn)
+    finally:
+        engine.dispose()
+    yield url
+    scratch.drop_database(server_url, scratch.database_name(url))
+
+
+def test_the_objects_files_over_the_tables_build_what_the_migrations_build(
+    tables_url: str, db_url: str
+) -> None:
+    from_files, from_migrations = catalog_of(tables_url), catalog_of(db_url)
+    assert sorted(from_files) == sorted(from_migrations)
+    for key, definition in from_migrations.items():
+        assert from_files[key] == definition, key
+
+
+def test_running_the_objects_files_again_over_head_changes_nothing(engine: sa.Engine) -> None:
+    # What a new migration does with them: the text re-applies cleanly, and is head's.
+    with engine.connect() as conn:
+        before = catalog(conn)
+        objects.apply(conn)
+        after = catalog(conn)
+        conn.rollback()
+    assert after == before
+
+
+def test_every_object_the_migrations_create_is_in_one_objects_file(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        migrated = {name for _, name in catalog(conn)}
+    assert migrated == set(objects.names())
+    for name in objects.names():
+        assert CREATES.findall(objects.text(name)) == [name], name
+
+
+def test_an_unknown_object_is_refused_with_the_names_there_are() -> None:
+    with pytest.raises(LookupError, match="due_efects.*use one of .*due_effects"):
+        objects.text("due_efects")
+    with pytest.raises(LookupError, match="dew.sql.*use one of .*due"):
+        objects.concern("dew")
