@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -89,7 +90,18 @@ def test_every_object_the_migrations_create_is_in_one_objects_file(engine: sa.En
 
 
 def test_an_unknown_object_is_refused_with_the_names_there_are() -> None:
-    with pytest.raises(LookupError, match="due_efects.*use one of .*due_effects"):
+    with pytest.raises(LookupError, match=r"'due_efects'.*use one of .*\bdue_effects\b"):
         objects.text("due_efects")
-    with pytest.raises(LookupError, match="dew.sql.*use one of .*due"):
+    with pytest.raises(LookupError, match=r"dew\.sql .*use one of .*\bdue\b"):
         objects.concern("dew")
+
+
+def test_an_object_in_two_files_is_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    view = "-- name: one_view\nCREATE OR REPLACE VIEW one_view AS SELECT 1 AS one;\n"
+    (tmp_path / "first.sql").write_text(view)
+    (tmp_path / "second.sql").write_text(view)
+    monkeypatch.setattr(objects, "DIRECTORY", tmp_path)
+    with pytest.raises(ValueError, match=r"one_view .* first\.sql and second\.sql"):
+        objects.text("one_view")

@@ -21,7 +21,6 @@ build what the migrations build, and that every object is in one of them.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -45,15 +44,13 @@ def _blocks(concern_name: str) -> dict[str, str]:
     return sqltext.load(path)
 
 
-@functools.cache
 def _owners() -> dict[str, str]:
     owners: dict[str, str] = {}
     for concern_name in concerns():
         for name in _blocks(concern_name):
             if name in owners:
                 raise ValueError(
-                    f"{name} is defined in both {owners[name]}.sql and {concern_name}.sql:"
-                    " keep one"
+                    f"{name} is defined in both {owners[name]}.sql and {concern_name}.sql: keep one"
                 )
             owners[name] = concern_name
     return owners
