@@ -105,3 +105,20 @@ def test_an_object_in_two_files_is_refused_naming_both(
     monkeypatch.setattr(objects, "DIRECTORY", tmp_path)
     with pytest.raises(ValueError, match=r"one_view .* first\.sql and second\.sql"):
         objects.text("one_view")
+
+
+def test_the_template_is_rebuilt_when_an_objects_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A migration may run an objects file's text: a changed file is a changed schema.
+    root = tmp_path / "root"
+    for path in ("migrations", "dispatcher/core/objects", "spark_jobs"):
+        (root / path).mkdir(parents=True)
+    (root / "dispatcher" / "schema.py").write_text("")
+    (root / "spark_jobs" / "billing_schema.py").write_text("")
+    due = root / "dispatcher" / "core" / "objects" / "due.sql"
+    due.write_text(objects.concern("due"))
+    monkeypatch.setattr(scratch, "ROOT", root)
+    before = scratch.schema_fingerprint()
+    due.write_text(objects.concern("due").replace("<= now()", "< now()"))
+    assert scratch.schema_fingerprint() != before

@@ -89,7 +89,8 @@ def unique_name(prefix: str = "t") -> str:
 
 
 def schema_fingerprint() -> str:
-    """A hash of everything that shapes the migrated schema."""
+    """A hash of everything that shapes the migrated schema (a migration may run an
+    objects file's text: spark_outbox.core.objects)."""
     h = hashlib.sha256()
     sources = [
         *sorted((PACKAGE / "migrations").rglob("*.py")),
