@@ -51,15 +51,17 @@ def catalog_of(url: str) -> dict[tuple[str, str], str]:
 def tables_url(server_url: str) -> Iterator[str]:
     """A database with the tables of dispatcher.schema and the objects files, no migration."""
     url = scratch.create_empty_database(server_url)
-    engine = db.create_engine(url, pool_size=1)
     try:
-        with engine.begin() as conn:
-            metadata.create_all(conn)
-            objects.apply(conn)
+        engine = db.create_engine(url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                metadata.create_all(conn)
+                objects.apply(conn)
+        finally:
+            engine.dispose()
+        yield url
     finally:
-        engine.dispose()
-    yield url
-    scratch.drop_database(server_url, scratch.database_name(url))
+        scratch.drop_database(server_url, scratch.database_name(url))
 
 
 def test_the_objects_files_over_the_tables_build_what_the_migrations_build(

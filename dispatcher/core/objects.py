@@ -14,9 +14,11 @@ that changes an object edits its file, then runs the new text::
     op.execute(objects.text("due_effects"))  # one object
     op.execute(objects.concern("due"))  # a whole file, in its order
 
-The text is the one at head: a revision that reads it replays the newest text
-even when an older database is upgraded. tests/test_catalog.py proves the files
-build what the migrations build, and that every object is in one of them.
+The text is head's, not the revision's time's: an upgrade from an empty database
+runs every revision that reads it with the newest text. So before an object
+changes again, the older revisions that read it get the text they ran pasted in
+(history stays history). tests/test_catalog.py proves the files build what the
+migrations build, and that every object is in one of them.
 """
 
 from __future__ import annotations
