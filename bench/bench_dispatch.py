@@ -76,7 +76,7 @@ VALVES = [
 CONTENDERS = [
     Contender("bare aiohttp, uvloop", "bare", contenders.bare("uvloop")),
     Contender("bare aiohttp, plain asyncio", "bare", contenders.bare("asyncio")),
-    # The dispatcher's own HTTP/1.1 client (dispatcher/dispatch/channels/http1.py), nothing around it.
+    # The dispatcher's own HTTP/1.1 client (dispatch/channels/http1.py), nothing around it.
     Contender("bare lean client, uvloop", "bare", contenders.bare("uvloop", "lean")),
     Contender("pgqueuer, defaults", "pgqueuer", contenders.pgqueuer(None, 1)),
     Contender("pgqueuer, batch_size=100", "pgqueuer", contenders.pgqueuer(100, 1)),

@@ -1,4 +1,4 @@
-"""The objects files (dispatcher/core/objects/) are the current text of every view,
+"""The objects files (dispatcher/core/objects/*.sql) are the current text of every view,
 function and trigger: built over the tables alone they give the catalog the
 migrations give, run again over head they change nothing, and they leave none out."""
 
@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from dispatcher import db
-from dispatcher.core import objects
-from dispatcher.schema import metadata
-from outbox.tools import scratch
+from spark_outbox.cli.tools import scratch
+from spark_outbox.core import db, objects
+from spark_outbox.core.schema import metadata
 
 # Each object as PostgreSQL prints it back: the stored definition, not our text,
 # so layout and comments outside a function's body do not count; a body does.
@@ -49,7 +48,7 @@ def catalog_of(url: str) -> dict[tuple[str, str], str]:
 
 @pytest.fixture
 def tables_url(server_url: str) -> Iterator[str]:
-    """A database with the tables of dispatcher.schema and the objects files, no migration."""
+    """A database with the tables of core.schema and the objects files, no migration."""
     url = scratch.create_empty_database(server_url)
     try:
         engine = db.create_engine(url, pool_size=1)
@@ -113,14 +112,14 @@ def test_the_template_is_rebuilt_when_an_objects_file_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A migration may run an objects file's text: a changed file is a changed schema.
-    root = tmp_path / "root"
-    for path in ("migrations", "dispatcher/core/objects", "spark_jobs"):
+    root = tmp_path / "spark_outbox"
+    for path in ("migrations", "core/objects", "billing"):
         (root / path).mkdir(parents=True)
-    (root / "dispatcher" / "schema.py").write_text("")
-    (root / "spark_jobs" / "billing_schema.py").write_text("")
-    due = root / "dispatcher" / "core" / "objects" / "due.sql"
+    (root / "core" / "schema.py").write_text("")
+    (root / "billing" / "schema.py").write_text("")
+    due = root / "core" / "objects" / "due.sql"
     due.write_text(objects.concern("due"))
-    monkeypatch.setattr(scratch, "ROOT", root)
+    monkeypatch.setattr(scratch, "PACKAGE", root)
     before = scratch.schema_fingerprint()
     due.write_text(objects.concern("due").replace("<= now()", "< now()"))
     assert scratch.schema_fingerprint() != before

@@ -9,6 +9,7 @@ spark extras run their commands for real (a served API, a Spark batch).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tests.conftest import insert_billing_endpoints
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+NOT_SOURCES = (".git", ".venv", ".outbox", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -45,8 +47,12 @@ def _clean_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy: a build writes build/ and *.egg-info beside the sources, and a stale
+    # build/lib of an earlier build would end up in the wheel.
+    source = out / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(*NOT_SOURCES))
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)]
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)]
     )
     assert built.returncode == 0, built.stderr
     (path,) = out.glob("spark_outbox-*.whl")

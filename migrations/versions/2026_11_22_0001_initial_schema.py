@@ -1,6 +1,6 @@
 """Initial schema: endpoints, batches, effects, attempts, ledger, rejects, tokens, staging.
 
-Written from dispatcher/core/schema.py by autogenerate, then edited by hand: the
+Written from dispatcher/schema.py by autogenerate, then edited by hand: the
 append-only trigger on operator_actions is not something autogenerate sees.
 The head of the ``outbox`` branch is the outbox schema; the example job's
 ``invoices`` table is not part of it (its own ``billing`` branch, b001). Before

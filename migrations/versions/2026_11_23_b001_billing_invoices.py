@@ -2,7 +2,7 @@
 
 Not part of the outbox schema: ``outbox db upgrade`` migrates the ``outbox``
 branch only; the demo, the tests and ``outbox spark run billing`` also apply
-this one (``billing@head``). Written from spark_jobs/billing/schema.py.
+this one (``billing@head``). Written from spark_jobs/billing_schema.py.
 A database made before the table left the outbox's first revision already has
 it: then there is nothing to create.
 

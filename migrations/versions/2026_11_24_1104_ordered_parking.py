@@ -63,7 +63,7 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM batches b
                       WHERE b.run_id = s.run_id AND b.hold_state = 'held');
     -- Parked or not, the successor may be due now: the dispatchers claim it at
-    -- COMMIT, not at their next poll (spark_outbox.core.wakeup.CHANNEL; one notification
+    -- COMMIT, not at their next poll (dispatcher.wakeup.CHANNEL; one notification
     -- per transaction and text).
     PERFORM pg_notify('outbox_effects', 'ordered');
     RETURN NULL;
@@ -105,7 +105,7 @@ WHERE e.state IN ('pending', 'leased')
 
 # What claimable_effects is without per-key ordering: visible, unfinished, its
 # endpoint not paused, its batch not held, no send started. The queue depth reads
-# it (dispatcher/console/health.sql): an effect waiting behind its key counts there until
+# it (dispatcher/health.sql): an effect waiting behind its key counts there until
 # it is parked, and no count walks the ordering probe.
 READY_EFFECTS = """
 CREATE VIEW ready_effects AS

@@ -1,10 +1,10 @@
 """The current text of every view, SQL function and trigger of the outbox schema.
 
-Tables, indexes and constraints are the SQLAlchemy tables of ``dispatcher.schema``;
-the rest of the schema is SQL, one file per concern in ``objects/`` beside this
-module (``due.sql``: the views that define "due" and the trigger that unparks).
+Tables, indexes and constraints are the SQLAlchemy tables of ``spark_outbox.core.schema``;
+the rest of the schema is SQL, one file per concern in this package (``due.sql``:
+the views that define "due" and the trigger that unparks).
 A file holds one block per object, introduced by ``-- name: <object>`` and a
-comment saying why it exists (``dispatcher.sqltext``'s format). Every block can
+comment saying why it exists (``spark_outbox.core.sqltext``'s format). Every block can
 run again over a database that already has its object: views and functions are
 ``CREATE OR REPLACE``, a trigger is dropped and created.
 
@@ -27,9 +27,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from dispatcher import sqltext
+from spark_outbox.core import sqltext
 
-DIRECTORY = Path(__file__).with_name("objects")
+DIRECTORY = Path(__file__).parent
 
 
 def concerns() -> tuple[str, ...]:
