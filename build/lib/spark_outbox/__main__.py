@@ -1,3 +1,0 @@
-from spark_outbox.cli.main import main
-
-raise SystemExit(main())

@@ -1,7 +1,0 @@
-"""The ground floor: what every part of the outbox stands on.
-
-The schema and the current text of its views, functions and triggers; the effect
-contract, keys and ``enqueue``; the endpoint registry; connecting, errors,
-settings, wake-ups and the audit-log writer. It imports nothing of the hot path
-(``spark_outbox.dispatch``), the console (``spark_outbox.console``), the API or Spark.
-"""
