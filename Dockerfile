@@ -31,10 +31,13 @@ COPY migrations ./migrations
 COPY cli ./cli
 RUN pip install '.[spark,api,demo]'
 
+# /data is the compose file's `usage` volume: a new named volume starts as a copy of
+# the image's /data, so the billing stream's input and checkpoint directories exist
+# before any file arrives (the stream waits for files; a missing --input is an error).
 COPY docker/entrypoint.sh /usr/local/bin/outbox-entrypoint
 RUN chmod 0755 /usr/local/bin/outbox-entrypoint \
     && useradd --system --create-home --uid 10001 outbox \
-    && mkdir -p /data && chown outbox /data
+    && mkdir -p /data/usage/incoming /data/checkpoints && chown -R outbox /data
 USER outbox
 
 # Spark scripts ship inside the pyspark wheel.

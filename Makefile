@@ -32,6 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/yamllint --strict .
 
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest $(PYTEST_ARGS)
