@@ -43,8 +43,12 @@ demo: $(STAMP) system-deps
 bench: $(STAMP) system-deps
 	$(BIN)/python -m bench $(ARGS)
 
+# Your private cluster: one per user (`outbox db status` says where).
 db-stop: $(STAMP)
 	$(BIN)/outbox db stop
 
-clean: db-stop
+# The test suite's own private cluster lives in .outbox (tests/conftest.py); yours is
+# left alone (`make db-stop` stops it).
+clean:
+	test ! -x $(BIN)/outbox || $(BIN)/outbox --state-dir .outbox db stop
 	rm -rf .outbox $(VENV)

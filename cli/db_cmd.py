@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from spark_outbox.cli.database import database_url
@@ -64,8 +66,9 @@ def start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def stop(args: argparse.Namespace, settings: Settings) -> int:
-    stopped = PrivateCluster(settings.state_dir).stop()
-    print("stopped" if stopped else "not running")
+    cluster = PrivateCluster(settings.state_dir)
+    stopped = cluster.stop()
+    print(f"stopped: {cluster.where}" if stopped else f"not running: {cluster.where}")
     return 0
 
 
@@ -76,10 +79,25 @@ def status(args: argparse.Namespace, settings: Settings) -> int:
     cluster = PrivateCluster(settings.state_dir)
     running, info = cluster.status()
     if info is None:
-        print(f"no private cluster under {cluster.state_dir}")
+        print(f"no private cluster under {cluster.where}")
+        _mention_old_default(cluster)
         return 3
     print(f"{'running' if running else 'stopped'}: 127.0.0.1:{info.port}, data in {info.data_dir}")
     return 0 if running else 3
+
+
+def _mention_old_default(searched: PrivateCluster) -> None:
+    """The default state directory was ``.outbox`` under the current directory
+    before: a cluster started then may still be there (as root: where that path
+    was relocated to)."""
+    former = PrivateCluster(Path(".outbox"))
+    if former.state_dir != searched.state_dir and (former.state_dir / "cluster.json").is_file():
+        print(
+            f"outbox: a private cluster is also under {former.state_dir}, from the former "
+            "default (.outbox here): `outbox --state-dir .outbox db status` shows it, "
+            "`outbox --state-dir .outbox db stop` stops it",
+            file=sys.stderr,
+        )
 
 
 def url(args: argparse.Namespace, settings: Settings) -> int:

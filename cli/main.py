@@ -77,7 +77,9 @@ def _global_options(parser: argparse.ArgumentParser, default: Any) -> None:
     group.add_argument(
         "--state-dir",
         default=default,
-        help="local state directory (default: $OUTBOX_STATE_DIR, else .outbox)",
+        help="local state directory, where the private PostgreSQL lives (default: "
+        "$OUTBOX_STATE_DIR, else $XDG_STATE_HOME/spark-outbox, else "
+        "~/.local/state/spark-outbox: one per user, whatever the current directory)",
     )
     group.add_argument(
         "--log-format",

@@ -1,8 +1,9 @@
 """Shared fixtures: a real PostgreSQL and a fresh migrated database per test.
 
 ``DATABASE_URL`` set: tests create their databases on that server (the role
-needs CREATEDB). Unset: the private cluster under ``.outbox`` is started (or
-reused) from the machine's PostgreSQL binaries.
+needs CREATEDB). Unset: the test suite's own private cluster, under ``.outbox``
+in the repository, is started (or reused) from the machine's PostgreSQL binaries;
+never the developer's per-user one (``~/.local/state/spark-outbox``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from spark_outbox.core import db
 from spark_outbox.core.settings import Settings
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# The test suite's private cluster: the fixtures name it, and every `outbox` process a
+# test starts without DATABASE_URL inherits it, instead of the per-user default.
+TEST_STATE_DIR = scratch.ROOT / ".outbox"
+os.environ["OUTBOX_STATE_DIR"] = str(TEST_STATE_DIR)
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +55,7 @@ def server_url() -> Iterator[str]:
     A private cluster that this test session had to start is stopped at the end;
     one that was already running (a developer's) is left running.
     """
-    settings = Settings.from_env(state_dir=Path(__file__).resolve().parents[1] / ".outbox")
+    settings = Settings.from_env(state_dir=TEST_STATE_DIR)
     if settings.database_url:
         yield settings.database_url
         return

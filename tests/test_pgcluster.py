@@ -19,8 +19,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from spark_outbox.cli.tools.pgcluster import SERVER_USER, PrivateCluster
 from spark_outbox.core.errors import DatabaseUnavailable
+from spark_outbox.core.settings import Settings, default_state_dir
+from spark_outbox.cli.main import build_parser, settings_from_args
+from spark_outbox.cli.tools.pgcluster import SERVER_USER, PrivateCluster
 
 
 @pytest.fixture(scope="module")
@@ -176,3 +178,61 @@ def test_status_and_stop_refuse_a_state_dir_someone_else_could_have_written(
                 assert problem in refused.stderr and "OUTBOX_STATE_DIR" in refused.stderr
     finally:
         shutil.rmtree(state)
+
+
+def test_the_default_state_dir_is_one_per_user_whatever_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = {"HOME": "/home/ada"}
+    assert default_state_dir(home) == Path("/home/ada/.local/state/spark-outbox")
+    xdg = home | {"XDG_STATE_HOME": "/srv/state"}
+    assert default_state_dir(xdg) == Path("/srv/state/spark-outbox")
+    # The XDG spec ignores a relative path; so do we.
+    relative = home | {"XDG_STATE_HOME": "state"}
+    assert default_state_dir(relative) == Path("/home/ada/.local/state/spark-outbox")
+    monkeypatch.chdir(tmp_path)
+    assert Settings.from_env(env=xdg).state_dir == Path("/srv/state/spark-outbox")
+    assert Settings.from_env(env=xdg | {"OUTBOX_STATE_DIR": "/x"}).state_dir == Path("/x")
+    assert settings_from_args(build_parser().parse_args(["--state-dir", "/y", "db", "status"])) \
+        .state_dir == Path("/y")  # fmt: skip
+
+
+def test_a_cluster_started_from_one_directory_is_found_from_any_other(tmp_path: Path) -> None:
+    """`export DATABASE_URL="${DATABASE_URL:-$(outbox db url)}"` in one directory, then
+    `outbox db status` and `outbox db url` in another: the same cluster, said where."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "OUTBOX_STATE_DIR")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")  # the default, without the developer's home
+    cluster = PrivateCluster(default_state_dir(env))  # as root: relocated for postgres
+    state, where = cluster.state_dir, cluster.where
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    there.mkdir()
+
+    def outbox(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "outbox", *args],
+            cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    try:
+        started = outbox(here, "db", "url")
+        assert started.returncode == 0, started.stderr
+        url = started.stdout.strip()
+        assert started.stdout == url + "\n" and url.startswith("postgresql://")
+        (said,) = [
+            line
+            for line in started.stderr.splitlines()
+            if line.startswith("outbox: private PostgreSQL")
+        ]
+        assert f"state in {where} " in said
+        status = outbox(there, "db", "status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.startswith("running: ") and str(state) in status.stdout
+        again = outbox(there, "db", "url")
+        assert again.stdout.strip() == url and f"state in {where} " in again.stderr
+        assert _query(url) == 1
+        assert not (here / ".outbox").exists() and not (there / ".outbox").exists()
+    finally:
+        stopped = outbox(there, "db", "stop")
+        shutil.rmtree(state, ignore_errors=True)
+    assert stopped.stdout == f"stopped: {where}\n"

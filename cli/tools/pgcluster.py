@@ -195,9 +195,17 @@ class PrivateCluster:
     """Start, reuse, inspect and stop the private cluster under ``state_dir``."""
 
     def __init__(self, state_dir: Path) -> None:
+        self.requested_dir = state_dir.absolute()
         self.state_dir = resolve_state_dir(state_dir)
         self.data_dir = self.state_dir / "pgdata"
         self.log_file = self.state_dir / "postgres.log"
+
+    @property
+    def where(self) -> str:
+        """The state directory, for a person: with the one asked for when root moved it."""
+        if self.state_dir == self.requested_dir:
+            return str(self.state_dir)
+        return f"{self.state_dir} (for {self.requested_dir}, which {SERVER_USER!r} cannot reach)"
 
     # -- public -------------------------------------------------------------
 

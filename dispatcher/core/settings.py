@@ -20,6 +20,22 @@ from spark_outbox.core.errors import ConfigurationError, InvalidInput
 DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
 # Svix disables an endpoint after 5 days of failing.
 DEFAULT_AUTO_DISABLE_AFTER_S = 5 * 86400.0
+STATE_DIR_NAME = "spark-outbox"
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    """One state directory per user, whatever the current directory (XDG base
+    directories): ``$XDG_STATE_HOME/spark-outbox``, else ``~/.local/state/spark-outbox``.
+
+    It once followed the current directory (``.outbox``), so a command run from
+    another directory silently started a second private cluster and could not
+    see the first. The spec ignores a relative ``XDG_STATE_HOME``; so do we.
+    """
+    xdg = env.get("XDG_STATE_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / STATE_DIR_NAME
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    return home / ".local" / "state" / STATE_DIR_NAME
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -105,8 +121,8 @@ class Settings:
 
     # Empty means: start (or reuse) the private PostgreSQL cluster.
     database_url: str = ""
-    # Where the private cluster and other local state live.
-    state_dir: Path = Path(".outbox")
+    # Where the private cluster and other local state live: one per user.
+    state_dir: Path = dataclasses.field(default_factory=lambda: default_state_dir(os.environ))
     # Dispatcher.
     worker_id: str = ""
     # Measured on a 2-core host (docs/dispatcher.md, "Throughput"): 128 sends in flight
@@ -159,7 +175,7 @@ class Settings:
         defaults = cls()
         settings = cls(
             database_url=env.get("DATABASE_URL", ""),
-            state_dir=Path(env.get("OUTBOX_STATE_DIR", str(defaults.state_dir))),
+            state_dir=Path(env.get("OUTBOX_STATE_DIR") or default_state_dir(env)),
             worker_id=env.get("OUTBOX_WORKER_ID", ""),
             concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
             claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
