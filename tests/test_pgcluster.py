@@ -236,3 +236,25 @@ def test_a_cluster_started_from_one_directory_is_found_from_any_other(tmp_path: 
         stopped = outbox(there, "db", "stop")
         shutil.rmtree(state, ignore_errors=True)
     assert stopped.stdout == f"stopped: {where}\n"
+
+
+def test_status_points_at_a_cluster_left_under_the_former_default(tmp_path: Path) -> None:
+    """Before, the default was .outbox under the current directory: status finds no
+    cluster in the per-user place and says that one is there, and how to stop it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "OUTBOX_STATE_DIR")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    former = PrivateCluster(tmp_path / ".outbox").state_dir  # as root: where it was moved
+    former.mkdir(parents=True)
+    (former / "cluster.json").write_text("{}")
+    try:
+        status = subprocess.run(
+            [sys.executable, "-m", "outbox", "db", "status"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(former)
+    assert status.returncode == 3
+    assert status.stdout.startswith("no private cluster under ")
+    assert str(tmp_path / "xdg" / "spark-outbox") in status.stdout  # (as root: "for ...")
+    assert f"a private cluster is also under {former}" in status.stderr
+    assert "outbox --state-dir .outbox db stop" in status.stderr
