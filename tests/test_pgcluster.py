@@ -19,10 +19,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from spark_outbox.core.errors import DatabaseUnavailable
-from spark_outbox.core.settings import Settings, default_state_dir
 from spark_outbox.cli.main import build_parser, settings_from_args
 from spark_outbox.cli.tools.pgcluster import SERVER_USER, PrivateCluster
+from spark_outbox.core.errors import DatabaseUnavailable
+from spark_outbox.core.settings import Settings, default_state_dir
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_a_cluster_started_from_one_directory_is_found_from_any_other(tmp_path: 
 
     def outbox(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "outbox", *args],
+            [sys.executable, "-m", "spark_outbox", *args],
             cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
 
@@ -248,7 +248,7 @@ def test_status_points_at_a_cluster_left_under_the_former_default(tmp_path: Path
     (former / "cluster.json").write_text("{}")
     try:
         status = subprocess.run(
-            [sys.executable, "-m", "outbox", "db", "status"],
+            [sys.executable, "-m", "spark_outbox", "db", "status"],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
     finally:

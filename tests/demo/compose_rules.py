@@ -20,11 +20,11 @@ from typing import Any
 
 import yaml
 
-from outbox.cli import build_parser
+from spark_outbox.cli.main import build_parser
 
 IMAGE = "spark-outbox:latest"
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
-SOURCE_PACKAGES = ("dispatcher", "outbox", "api", "spark_jobs")
+SOURCE_PACKAGES = ("dispatcher", "cli", "api", "spark_jobs")
 SHELL_SEPARATORS = {"&&", "||", ";", "|", "&"}
 SHELL_GROUPING = {"{", "}", "(", ")"}
 

@@ -333,7 +333,7 @@ def test_the_endpoint_registration_runs_on_every_up_and_keeps_what_exists(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "outbox"
-    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m outbox "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m spark_outbox "$@"\n')
     shim.chmod(0o755)
     secret = "whsec_" + "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
