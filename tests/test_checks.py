@@ -34,7 +34,8 @@ from spark_outbox.core.validation import (
     payload_sha256,
 )
 from spark_outbox.spark.checks import COLUMN_SCREEN, check_row, checked_effects, raw_json
-from spark_outbox.spark.chunks import RunTag, TaskReport, write_effects
+from spark_outbox.spark.chunks import write_effects
+from spark_outbox.spark.protocol import RunTag
 from tests.spark.helpers import EFFECT_ARROW_SCHEMA
 
 RUN = "00000000-0000-0000-0000-0000000000aa"
@@ -222,10 +223,9 @@ def test_written_text_survives_binary_copy_and_insert_and_stays_invisible(
     bad = {**batch_rows[0], "idempotency_key": "bad", "recipient": 'x,"y"\n'}
     batch = pa.RecordBatch.from_pylist([*batch_rows, bad], schema=EFFECT_ARROW_SCHEMA)
     run = RunTag(db.libpq_url(db_url), "t", "b1", RUN, ENDPOINTS)
-    report = TaskReport(3)
     conn = psycopg2.connect(run.dsn)
     try:
-        write_effects(conn, run, report, [batch], chunk_rows=3)
+        report = write_effects(conn, run, 3, [batch], chunk_rows=3)
     finally:
         conn.close()
     assert (report.rows, report.rejects, report.deferred) == (len(batch_rows), 1, 0)
@@ -307,13 +307,12 @@ def test_any_valid_row_survives_the_binary_copy_unchanged(
     ]
     expected = {r["idempotency_key"]: _expected(r)[0] for r in batch_rows}
     run = RunTag(db.libpq_url(db_url), "t", "b1", run_id, ENDPOINTS)
-    report = TaskReport(1)
     conn = psycopg2.connect(run.dsn)
     try:
-        write_effects(
+        report = write_effects(
             conn,
             run,
-            report,
+            1,
             [pa.RecordBatch.from_pylist(batch_rows, schema=EFFECT_ARROW_SCHEMA)],
             4,
         )

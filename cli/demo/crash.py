@@ -69,7 +69,7 @@ def kill_driver_mid_commit(
 ) -> None:
     """SIGKILL the Spark driver (and its JVM) inside its open commit transaction.
 
-    The run is started with ``OUTBOX_SPARK_PAUSE_AT=before_commit``: the sink's
+    The run is started with ``OUTBOX_SPARK_PHASES=before_commit:300``: the sink's
     own hook (spark_outbox.spark.phases) holds the driver after the marker, the invoices
     and the effects are written and before COMMIT, and says so on stderr. The
     kill lands there, so it is mid-commit by construction, not by luck.

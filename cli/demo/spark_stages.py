@@ -93,11 +93,7 @@ class SparkStages:
         args += guard.guard_args(self.batch_days)
         env = env or self.env
         if crash_events is not None:
-            paused = {
-                **env,
-                "OUTBOX_SPARK_PAUSE_AT": "before_commit",
-                "OUTBOX_SPARK_PAUSE_S": "300",
-            }
+            paused = {**env, "OUTBOX_SPARK_PHASES": "before_commit:300"}
             victim = Child("spark-batch-crashed", args, paused, self.logs)
             crash.kill_driver_mid_commit(victim, self.engine, crash_events)
             say("    restarting the batch run")

@@ -167,12 +167,3 @@ def invoice_effects(invoice_rows: Any) -> Any:
         ).alias("reject_reason"),
     )
     return webhook.unionByName(email)
-
-
-def billing_batch(raw: Any, job: str, batch_id: str) -> tuple[Any, Any]:
-    """(results, effects) of one batch of raw events; the caller persists ``raw``."""
-    events = parse_events(raw)
-    results = invoices(daily_totals(events), job, batch_id)
-    return results, invoice_effects(results).unionByName(
-        rejected_events(events), allowMissingColumns=True
-    )

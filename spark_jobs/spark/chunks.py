@@ -12,18 +12,15 @@ deduplicated, this run's own -> fine, another markerless run's -> deferred.
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import os
-import sys
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from spark_outbox.core import sqltext
-from spark_outbox.spark import pgbinary
+from spark_outbox.spark import pgbinary, phases
 from spark_outbox.spark.checks import VALID_COLUMNS, checked_effects
 from spark_outbox.spark.pgbinary import CopyData
+from spark_outbox.spark.protocol import RunTag, TaskReport, first_keys
 
 _Q = sqltext.beside(__file__, "executor.sql")
 # Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
@@ -33,48 +30,31 @@ _DEADLOCK_TRIES = 5
 _EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name != "not_before")
 # psycopg2 sends a COPY in pieces of this size (its default, 8 KiB, means ~3,000 calls a chunk).
 _READ_BYTES = 1 << 20
-# Test hook: pause a task after its first chunk committed (kill tests "mid-write").
-PAUSE_ENV = "OUTBOX_SPARK_PAUSE_AT"
-
-
-@dataclasses.dataclass(frozen=True)
-class RunTag:
-    """What every task of a run needs: where to write, and as whom."""
-
-    dsn: str
-    job: str
-    batch_id: str
-    run_id: str
-    endpoints: Mapping[str, str]  # registered endpoint name -> kind, read once per batch
-
-
-@dataclasses.dataclass
-class TaskReport:
-    task_id: int
-    rows: int = 0  # valid effect rows (or result rows)
-    mismatches: int = 0
-    deferred: int = 0
-    rejects: int = 0
-    # A few keys met with another payload, space-separated: the driver logs them.
-    mismatch_keys: str = ""
-
-    def add_mismatch_keys(self, keys: Iterable[str], most: int = 5) -> None:
-        kept = self.mismatch_keys.split()
-        kept += [k for k in keys if k not in kept][: max(most - len(kept), 0)]
-        self.mismatch_keys = " ".join(kept)
 
 
 def write_effects(
-    conn: Any, run: RunTag, report: TaskReport, batches: Iterable[Any], chunk_rows: int
-) -> None:
+    conn: Any, run: RunTag, task_id: int, batches: Iterable[Any], chunk_rows: int
+) -> TaskReport:
     """Check and write ``batches`` in chunks of about ``chunk_rows`` rows."""
-    import pyarrow as pa
-
     with conn.cursor() as cur:
         cur.execute(_Q["create_incoming"])
     conn.commit()
-    chunk = _Chunk(conn, run, report)
+    chunk = _Chunk(conn, run, task_id)
     conn.commit()
+    report = TaskReport(task_id)
+    for n, (valid, rejects) in enumerate(_checked_chunks(batches, run, chunk_rows), 1):
+        report += chunk.write(valid, rejects)
+        if n == 1:
+            phases.reached("effects_written")  # a kill test's "mid-write"
+    return report
+
+
+def _checked_chunks(
+    batches: Iterable[Any], run: RunTag, chunk_rows: int
+) -> Iterator[tuple[Any, Any]]:
+    """(valid, rejects) tables of about ``chunk_rows`` checked rows each."""
+    import pyarrow as pa
+
     valid: list[Any] = []
     rejects: list[Any] = []
     for batch in batches:
@@ -82,59 +62,63 @@ def write_effects(
         valid.append(good)
         rejects.append(bad)
         if sum(t.num_rows for t in valid) + sum(t.num_rows for t in rejects) >= chunk_rows:
-            chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
+            yield pa.concat_tables(valid), pa.concat_tables(rejects)
             valid, rejects = [], []
     if valid:
-        chunk.write(pa.concat_tables(valid), pa.concat_tables(rejects))
+        yield pa.concat_tables(valid), pa.concat_tables(rejects)
 
 
 class _Chunk:
     """Writes one chunk per transaction: straight into the outbox by COPY while no
     key of this task was taken, else through ``incoming_effects`` and classified."""
 
-    def __init__(self, conn: Any, run: RunTag, report: TaskReport) -> None:
+    def __init__(self, conn: Any, run: RunTag, task_id: int) -> None:
         self.conn = conn
         self.run = run
-        self.report = report
+        self.task_id = task_id
         self.params = {
             "job": run.job,
             "batch_id": run.batch_id,
             "run_id": run.run_id,
-            "task_id": report.task_id,
+            "task_id": task_id,
         }
         self.optimistic = True  # plain COPY until a key turns out to be taken
         with conn.cursor() as cur:
             cur.execute(_Q["ledger_is_empty"])
             self.ledger_empty = bool(cur.fetchone()[0])
-        self.written = 0
 
-    def write(self, valid: Any, rejects: Any) -> None:
+    def write(self, valid: Any, rejects: Any) -> TaskReport:
+        """One chunk, one transaction; what it wrote."""
         import psycopg2.errors
 
-        self.report.rows += valid.num_rows
-        valid = self._without_ledger_keys(valid)
+        rows = valid.num_rows
+        valid, ledger_mismatches = self._without_ledger_keys(valid)
         plain, scheduled = _tagged_copy(valid, self.run)
         rejects_csv = self._rejects_csv(rejects)
         for attempt in range(_DEADLOCK_TRIES):
             try:
-                mismatches, deferred = self._once(plain, scheduled, valid.num_rows, rejects_csv)
+                mismatches, deferred, keys = self._once(
+                    plain, scheduled, valid.num_rows, rejects_csv
+                )
                 break
             except psycopg2.errors.DeadlockDetected:
                 self.conn.rollback()
                 if attempt == _DEADLOCK_TRIES - 1:
                     raise
-        self.report.mismatches += mismatches
-        self.report.deferred += deferred
-        self.report.rejects += rejects.num_rows
-        self.written += 1
-        if self.written == 1:
-            _maybe_pause("effects_written")
+        return TaskReport(
+            self.task_id,
+            rows=rows,
+            mismatches=len(ledger_mismatches) + mismatches,
+            deferred=deferred,
+            rejects=rejects.num_rows,
+            mismatch_keys=first_keys([*ledger_mismatches, *keys]),
+        )
 
     def _once(
         self, plain: CopyData, scheduled: CopyData | None, rows: int, rejects_csv: bytes | None
-    ) -> tuple[int, int]:
-        """One transaction; (mismatches, deferred) among the taken keys."""
-        counts = (0, 0)
+    ) -> tuple[int, int, list[str]]:
+        """One transaction; (mismatches, deferred, a few mismatched keys) among the taken keys."""
+        counts: tuple[int, int, list[str]] = (0, 0, [])
         with self.conn.cursor() as cur:
             if rows and not (self.optimistic and self._copy_straight(cur, plain, scheduled)):
                 counts = self._insert_classified(cur, plain, scheduled, rows)
@@ -159,41 +143,42 @@ class _Chunk:
 
     def _insert_classified(
         self, cur: Any, plain: CopyData, scheduled: CopyData | None, rows: int
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, list[str]]:
         cur.copy_expert(_Q["copy_incoming"], plain.open(), _READ_BYTES)
         if scheduled is not None:
             cur.copy_expert(_Q["copy_scheduled_incoming"], scheduled.open(), _READ_BYTES)
         cur.execute(_Q["insert_effects"])
         if cur.rowcount == rows:
-            return 0, 0
+            return 0, 0, []
         cur.execute(_Q["classify_taken"], self.params)
         mismatches, deferred, keys = cur.fetchone()
-        self.report.add_mismatch_keys(keys or ())
-        return int(mismatches), int(deferred)
+        return int(mismatches), int(deferred), list(keys or ())
 
-    def _without_ledger_keys(self, valid: Any) -> Any:
-        """Keys in the key ledger leave the chunk: deduplicated, mismatches counted."""
+    def _without_ledger_keys(self, valid: Any) -> tuple[Any, list[str]]:
+        """Keys in the key ledger leave the chunk: deduplicated; the ones stored
+        with another payload are returned (mismatches)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if self.ledger_empty or not valid.num_rows:
-            return valid
+            return valid, []
         with self.conn.cursor() as cur:
             cur.execute(_Q["ledger_keys"], {"keys": valid.column("idempotency_key").to_pylist()})
             known = dict(cur.fetchall())
         if not known:
-            return valid
+            return valid, []
         keys = valid.column("idempotency_key")
         taken = pc.is_in(keys, value_set=pa.array(list(known), pa.string()))
-        for key, sha in zip(
-            pc.filter(keys, taken).to_pylist(),
-            pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
-            strict=True,
-        ):
-            if known[key] != sha:
-                self.report.mismatches += 1
-                self.report.add_mismatch_keys([key])
-        return valid.filter(pc.invert(taken))
+        mismatched = [
+            key
+            for key, sha in zip(
+                pc.filter(keys, taken).to_pylist(),
+                pc.filter(valid.column("payload_sha256"), taken).to_pylist(),
+                strict=True,
+            )
+            if known[key] != sha
+        ]
+        return valid.filter(pc.invert(taken)), mismatched
 
     def _rejects_csv(self, rejects: Any) -> bytes | None:
         import pyarrow as pa
@@ -204,7 +189,7 @@ class _Chunk:
         tagged = pa.table(
             {
                 "run_id": pa.repeat(pa.scalar(self.run.run_id), n),
-                "task_id": pa.repeat(pa.scalar(self.report.task_id, pa.int64()), n),
+                "task_id": pa.repeat(pa.scalar(self.task_id, pa.int64()), n),
                 "reason": rejects.column("reason"),
                 "raw_row": rejects.column("raw_row"),
             }
@@ -257,10 +242,3 @@ def csv(table: Any) -> io.BytesIO:
     pacsv.write_csv(table, buffer, pacsv.WriteOptions(include_header=False))
     buffer.seek(0)
     return buffer
-
-
-def _maybe_pause(phase: str) -> None:
-    """Test hook: print a marker and pause so a kill test can kill this task here."""
-    if os.environ.get(PAUSE_ENV) == phase:
-        print(f"outbox-phase: {phase} (executor pid {os.getpid()})", file=sys.stderr, flush=True)
-        time.sleep(float(os.environ.get("OUTBOX_SPARK_PAUSE_S", "30")))

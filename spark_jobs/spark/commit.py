@@ -36,8 +36,8 @@ from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.spark import guard, notices, phases
-from spark_outbox.spark.chunks import TaskReport
 from spark_outbox.spark.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
+from spark_outbox.spark.protocol import TaskReport
 from spark_outbox.spark.results import ResultsSpec, apply_statement
 from spark_outbox.spark.runs import read_marker
 
@@ -204,7 +204,7 @@ def resolve_effects(
         "task_ids": written.ids("effects"),
     }
     mismatches = written.total("mismatches")
-    keys = [k for t in written.effect_tasks for k in (t.mismatch_keys or "").split()]
+    keys = [k for t in written.effect_tasks for k in t.mismatch_keys]
     if written.total("deferred"):
         conn.execute(_Q["take_over_deferred"], params)
         deferred, deferred_keys = conn.execute(_Q["count_deferred_mismatches"], params).one()

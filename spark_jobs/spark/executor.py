@@ -11,20 +11,15 @@ counts; the driver uses only the reports of the tasks Spark saw succeed
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from spark_outbox.core import sqltext
-from spark_outbox.spark.chunks import RunTag, TaskReport, csv, write_effects
+from spark_outbox.spark.chunks import csv, write_effects
+from spark_outbox.spark.protocol import RunTag, TaskReport
 
 _Q = sqltext.beside(__file__, "executor.sql")
 CHUNK_ROWS = 50_000
-# What each task reports to the driver.
-REPORT_SCHEMA = (
-    "task_id long, rows long, mismatches long, deferred long, rejects long, mismatch_keys string"
-)
-_REPORT_FIELDS = ("task_id", "rows", "mismatches", "deferred", "rejects", "mismatch_keys")
 
 Partitions = Callable[[Iterator[Any]], Iterator[Any]]
 
@@ -33,13 +28,12 @@ def effects_writer(run: RunTag, chunk_rows: int = CHUNK_ROWS) -> Partitions:
     """The ``mapInArrow`` function that writes one partition of effects."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
-        report = TaskReport(_task_id())
         conn = _connect(run.dsn, "effects")
         try:
-            write_effects(conn, run, report, batches, chunk_rows)
+            report = write_effects(conn, run, _task_id(), batches, chunk_rows)
         finally:
             conn.close()
-        yield _as_batch(report)
+        yield report.to_batch()
 
     return write
 
@@ -50,7 +44,8 @@ def results_writer(run: RunTag) -> Partitions:
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        report = TaskReport(_task_id())
+        task_id = _task_id()
+        rows = 0
         conn = _connect(run.dsn, "results")
         try:
             with conn, conn.cursor() as cur:
@@ -59,15 +54,15 @@ def results_writer(run: RunTag) -> Partitions:
                     tagged = pa.table(
                         {
                             "run_id": pa.repeat(pa.scalar(run.run_id), n),
-                            "task_id": pa.repeat(pa.scalar(report.task_id, pa.int64()), n),
+                            "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
                             "row": batch.column(0),
                         }
                     )
                     cur.copy_expert(_Q["stage_results"], csv(tagged))
-                    report.rows += n
+                    rows += n
         finally:
             conn.close()
-        yield _as_batch(report)
+        yield TaskReport(task_id, rows=rows).to_batch()
 
     return write
 
@@ -87,15 +82,3 @@ def _task_id() -> int:
 
     context = TaskContext.get()
     return int(context.taskAttemptId()) if context is not None else 0
-
-
-def _as_batch(report: TaskReport) -> Any:
-    import pyarrow as pa
-
-    values = dataclasses.asdict(report)
-    return pa.RecordBatch.from_pydict(
-        {name: [values[name]] for name in _REPORT_FIELDS},
-        schema=pa.schema(
-            [(n, pa.string() if n == "mismatch_keys" else pa.int64()) for n in _REPORT_FIELDS]
-        ),
-    )

@@ -12,14 +12,14 @@ re-run shows what changed.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from typing import Any
 
 from spark_outbox.core import db
 from spark_outbox.spark import guard, runs
 from spark_outbox.spark.contract import effect_frame
-from spark_outbox.spark.preview_tasks import REPORT_SCHEMA, preview_writer
+from spark_outbox.spark.preview_tasks import preview_writer
+from spark_outbox.spark.protocol import REPORT_SCHEMA, TaskReport
 
 REASONS_SHOWN = 5
 
@@ -53,8 +53,8 @@ def preview(
     try:
         committed_before = runs.read_marker(engine, job, batch_id) is not None
         endpoints = runs.endpoint_kinds(engine)
-        totals = _run_tasks(db.libpq_url(database_url), endpoints, effects_df)
-        new_by_endpoint = dict(totals["new"])
+        total = _run_tasks(db.libpq_url(database_url), endpoints, effects_df)
+        new_by_endpoint = dict(total.new_by_endpoint)
         with db.translated(), engine.connect() as conn:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             found = guard.baselines(conn, job, volume_guard, sorted(new_by_endpoint))
@@ -66,34 +66,21 @@ def preview(
         batch_id=batch_id,
         committed_before=committed_before,
         result_rows=results_df.count() if results_df is not None else 0,
-        effects_total=totals["rows"],
+        effects_total=total.rows,
         effects_new=sum(new_by_endpoint.values()),
         new_by_endpoint=new_by_endpoint,
-        same_payload=dict(totals["same"]),
-        different_payload=dict(totals["different"]),
-        examples=totals["examples"],
-        rejects=sum(totals["rejects"].values()),
-        reject_reasons=dict(totals["rejects"].most_common(REASONS_SHOWN)),
+        same_payload=dict(total.same_by_state),
+        different_payload=dict(total.different_by_state),
+        examples=[dict(example) for example in total.examples],
+        rejects=total.rejects,
+        reject_reasons=dict(Counter(total.reject_reasons).most_common(REASONS_SHOWN)),
         would_hold=guard.hold_reason(volume_guard, new_by_endpoint, found),
     )
 
 
-def _run_tasks(dsn: str, endpoints: dict[str, str], effects_df: Any) -> dict[str, Any]:
-    """One task per partition, twins of a key in one partition; the summaries added up."""
+def _run_tasks(dsn: str, endpoints: dict[str, str], effects_df: Any) -> TaskReport:
+    """One task per partition, twins of a key in one partition; the reports added up."""
     frame = effect_frame(effects_df)
     frame = frame.repartition(max(frame.rdd.getNumPartitions(), 1), "idempotency_key")
-    totals: dict[str, Any] = {
-        "rows": 0,
-        "new": Counter(),
-        "same": Counter(),
-        "different": Counter(),
-        "examples": [],
-        "rejects": Counter(),
-    }
-    for row in frame.mapInArrow(preview_writer(dsn, endpoints), REPORT_SCHEMA).collect():
-        summary = json.loads(row["summary"])
-        totals["rows"] += summary["rows"]
-        for field in ("new", "same", "different", "rejects"):
-            totals[field].update(summary[field])
-        totals["examples"] = (totals["examples"] + summary["examples"])[:3]
-    return totals
+    rows = frame.mapInArrow(preview_writer(dsn, endpoints), REPORT_SCHEMA).collect()
+    return sum((TaskReport.from_row(row) for row in rows), TaskReport())

@@ -1,10 +1,11 @@
 """The preview's Spark tasks: check a partition of effects and compare it with what
 is stored, writing nothing (a read-only connection: PostgreSQL refuses any write).
 
-Runs on executors (psycopg2, pyarrow, the checks). Each task reports one JSON
-summary: valid rows, new effects per endpoint, stored keys with the same
-payload and with another one (by state, with a few example diffs, each value
-truncated), and the rejects by reason. The driver adds them up (spark_outbox.spark.preview).
+Runs on executors (psycopg2, pyarrow, the checks). Each task reports what a
+write's task does (spark_jobs.protocol.TaskReport): valid rows, new effects
+per endpoint, stored keys with the same payload and with another one (by state,
+with a few example diffs, each value truncated), and the rejects by reason. The
+driver adds them up (spark_outbox.spark.preview).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import Any
 
 from spark_outbox.core import sqltext
 from spark_outbox.spark.checks import checked_effects
+from spark_outbox.spark.protocol import EXAMPLES_KEPT, TaskReport
 
 _Q = sqltext.beside(__file__, "preview_tasks.sql")
-REPORT_SCHEMA = "summary string"
-EXAMPLES = 3
 VALUE_CHARS = 40
 
 
@@ -28,42 +28,35 @@ def preview_writer(dsn: str, endpoints: Mapping[str, str]) -> Any:
 
     def preview(batches: Iterator[Any]) -> Iterator[Any]:
         import psycopg2
-        import pyarrow as pa
 
         conn = psycopg2.connect(
             dsn,
             application_name="spark-outbox-preview",
             options="-c default_transaction_read_only=on",
         )
-        summary = _empty()
+        report = TaskReport()
         seen: set[str] = set()
         try:
             for batch in batches:
                 valid, rejects = checked_effects(batch, endpoints)
-                summary["rejects"].update(rejects.column("reason").to_pylist())
-                _compare(conn, valid, seen, summary)
+                reasons = Counter(rejects.column("reason").to_pylist())
+                report += TaskReport(rejects=rejects.num_rows, reject_reasons=reasons)
+                report += _compared(conn, valid, seen)
         finally:
             conn.rollback()
             conn.close()
-        yield pa.RecordBatch.from_pydict({"summary": [json.dumps(summary)]})
+        yield report.to_batch()
 
     return preview
 
 
-def _empty() -> dict[str, Any]:
-    return {
-        "rows": 0,
-        "new": Counter(),
-        "same": Counter(),
-        "different": Counter(),
-        "examples": [],
-        "rejects": Counter(),
-    }
-
-
-def _compare(conn: Any, valid: Any, seen: set[str], summary: dict[str, Any]) -> None:
+def _compared(conn: Any, valid: Any, seen: set[str]) -> TaskReport:
+    """``valid`` compared with what is stored: new, same payload, another payload."""
     rows = valid.select(["idempotency_key", "endpoint", "payload", "payload_sha256"]).to_pylist()
-    summary["rows"] += len(rows)
+    new: Counter[str] = Counter()
+    same: Counter[str] = Counter()
+    different: Counter[str] = Counter()
+    examples: list[dict[str, Any]] = []
     with conn.cursor() as cur:
         cur.execute(_Q["stored_keys"], {"keys": [r["idempotency_key"] for r in rows]})
         stored = {key: (state, sha, payload) for key, state, sha, payload in cur.fetchall()}
@@ -73,17 +66,25 @@ def _compare(conn: Any, valid: Any, seen: set[str], summary: dict[str, Any]) -> 
             continue
         seen.add(key)
         if key not in stored:
-            summary["new"][row["endpoint"]] += 1
+            new[row["endpoint"]] += 1
             continue
         state, sha, payload = stored[key]
         if sha == row["payload_sha256"]:
-            summary["same"][state] += 1
+            same[state] += 1
             continue
-        summary["different"][state] += 1
-        if len(summary["examples"]) < EXAMPLES:
-            summary["examples"].append(
+        different[state] += 1
+        if len(examples) < EXAMPLES_KEPT:
+            examples.append(
                 {"idempotency_key": key, "state": state, "diff": diff(payload, row["payload"])}
             )
+    return TaskReport(
+        rows=len(rows),
+        mismatches=different.total(),
+        new_by_endpoint=new,
+        same_by_state=same,
+        different_by_state=different,
+        examples=tuple(examples),
+    )
 
 
 def diff(stored: str | None, new: str) -> dict[str, list[str | None]]:

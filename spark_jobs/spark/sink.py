@@ -4,7 +4,7 @@ Two ways in: ``OutboxSink.write(results_df, effects_df, batch_id=...)`` for batc
 jobs (the batch id is a run id such as the logical date), and
 ``OutboxSink.foreach_batch(derive)`` for Structured Streaming, where
 ``derive(batch_df, batch_id)`` turns the micro-batch into ``(results_df, effects_df)``
-and the batch id carries the stream's checkpoint identity (spark_outbox.spark.streams).
+and the batch id carries the stream's checkpoint identity (see streams.py).
 
 ``write`` is the protocol, top to bottom (docs/design.md): a batch whose marker
 exists is a replay and writes nothing; otherwise a fresh run is registered, the
@@ -26,12 +26,12 @@ from typing import Any
 from spark_outbox.core import db
 from spark_outbox.core.errors import ConfigurationError, OutboxError
 from spark_outbox.spark import commit, phases, preview, runs
-from spark_outbox.spark.chunks import RunTag, TaskReport
 from spark_outbox.spark.contract import effect_frame, result_frame
-from spark_outbox.spark.executor import CHUNK_ROWS, REPORT_SCHEMA, effects_writer, results_writer
+from spark_outbox.spark.executor import CHUNK_ROWS, effects_writer, results_writer
 from spark_outbox.spark.guard import VolumeGuard
 from spark_outbox.spark.outcome import BatchOutcome, Marker
 from spark_outbox.spark.preview import BatchPreview
+from spark_outbox.spark.protocol import REPORT_SCHEMA, RunTag, TaskReport
 from spark_outbox.spark.results import ResultsSpec
 from spark_outbox.spark.streams import stream_batch_id
 
@@ -126,11 +126,11 @@ class OutboxSink:
         effects = effect_frame(effects_df).mapInArrow(
             effects_writer(run, self.chunk_rows), REPORT_SCHEMA
         )
-        effect_tasks = tuple(TaskReport(**row.asDict()) for row in effects.collect())
+        effect_tasks = tuple(TaskReport.from_row(row) for row in effects.collect())
         result_tasks: tuple[TaskReport, ...] = ()
         if results_df is not None:
             results = result_frame(results_df).mapInArrow(results_writer(run), REPORT_SCHEMA)
-            result_tasks = tuple(TaskReport(**row.asDict()) for row in results.collect())
+            result_tasks = tuple(TaskReport.from_row(row) for row in results.collect())
         return commit.Written(effect_tasks, result_tasks)
 
     def _request(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.CommitRequest:

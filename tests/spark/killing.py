@@ -37,7 +37,7 @@ class Driver:
         full_env = {
             **os.environ,
             "DATABASE_URL": db_url,
-            "OUTBOX_SPARK_PHASES": "1",
+            "OUTBOX_SPARK_PHASES": "print",
             **(env or {}),
         }
         self.proc = subprocess.Popen(

@@ -60,7 +60,7 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
 
     # Every executor's task pauses 3 s after its first chunk of effects is in the
     # outbox (invisible), so the kill lands mid-write by construction.
-    pause = {"OUTBOX_SPARK_PAUSE_AT": "effects_written", "OUTBOX_SPARK_PAUSE_S": "3"}
+    pause = {"OUTBOX_SPARK_PHASES": "effects_written:3"}
     with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
         args = ["--mode", "batch", "--input", str(events), "--master", cluster.master_url]
         driver = Driver(billing_command(*args, *(a for d in DATES for a in ("--date", d))), db_url)

@@ -24,7 +24,7 @@ from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch import store
 from spark_outbox.spark import commit, runs
-from spark_outbox.spark.chunks import RunTag
+from spark_outbox.spark.protocol import RunTag
 from spark_outbox.spark.sink import OutboxSink
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import EFFECT_SCHEMA, effect_rows, sink, table

@@ -83,9 +83,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
     killed_at = []
     for phase in NAMED:  # an executor's pause is shorter: its task may run twice
         pause_s = "10" if phase == "effects_written" else "20"
-        driver = Driver(
-            command, db_url, {"OUTBOX_SPARK_PAUSE_AT": phase, "OUTBOX_SPARK_PAUSE_S": pause_s}
-        )
+        driver = Driver(command, db_url, {"OUTBOX_SPARK_PHASES": f"{phase}:{pause_s}"})
         if driver.wait_for(phase):
             killed_at.append(phase)
         driver.kill()
@@ -130,10 +128,10 @@ def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
         str(checkpoint),
         "--available-now",
     )
-    driver = Driver(command, db_url, {"OUTBOX_SPARK_PAUSE_AT": "before_commit"})
+    driver = Driver(command, db_url, {"OUTBOX_SPARK_PHASES": "before_commit"})
     assert driver.wait_for("before_commit")
     driver.kill()
-    driver = Driver(command, db_url, {"OUTBOX_SPARK_PAUSE_AT": "after_commit"})
+    driver = Driver(command, db_url, {"OUTBOX_SPARK_PHASES": "after_commit"})
     assert driver.wait_for("after_commit")
     driver.kill()
     Driver(command, db_url).finish()
