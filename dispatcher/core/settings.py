@@ -133,8 +133,8 @@ class Settings:
     concurrency: int = 128
     claim_batch_size: int = 500
     # After a short claim the claim, and every record, runs as a statement prepared
-    # once per connection (dispatcher/dispatch/prepared.py); off behind a PgBouncer in
-    # transaction pooling mode.
+    # once per connection (store.Statements, dispatcher/dispatch/prepared.py); off behind
+    # a PgBouncer in transaction pooling mode.
     prepared_statements: bool = True
     lease_s: float = 60.0
     poll_interval_s: float = 1.0

@@ -1,8 +1,8 @@
 """Hot-path statements prepared once per connection, their plans kept and refreshed.
 
-Prepared here: the claim after a short one (``store.claim``) and the record
-(``store.record``, always: at 1,000 effects/s it was ~0.7 ms planning per call
-beside 0.5-1 ms executing).
+Prepared here, as ``store.Statements`` decides: the claim after a short one
+(``store.claim``) and the record (``store.record``, always: at 1,000 effects/s
+it was ~0.7 ms planning per call beside 0.5-1 ms executing).
 
 Why: at a low rate the claim is planning, not work. At 1,000 effects/s (one
 dispatcher process, ~5 effects per claim) pg_stat_statements measured 1.31 ms
@@ -18,7 +18,7 @@ Two traps, both measured (bench/RESULTS.md, "a claim planned once"):
   table: the claim's final UPDATE then hash-joined a sequential scan of
   ``effects`` (7.7 ms per claim at 30,000 due rows against 1.6 ms unprepared).
   So the limit is written into the statement, one statement per size; the
-  worker rounds its claims' sizes down a little (``size_of``), so a
+  store rounds its claims' sizes down a little (``size_of``), so a
   connection holds a few (at most ``_MAX_PER_CONNECTION``, then all are dropped).
 - A plan is built with the table sizes of its moment, and PostgreSQL replans
   only after ANALYZE (autovacuum looks once a minute) or TRUNCATE. A claim plan
@@ -31,6 +31,13 @@ Two traps, both measured (bench/RESULTS.md, "a claim planned once"):
 Behind a PgBouncer in transaction pooling mode a prepared statement may not be on
 the server connection that runs it: set ``OUTBOX_PREPARED_STATEMENTS=0``. A
 statement found missing (a server-side ``DISCARD ALL``) is prepared again once.
+
+Which statements are prepared, at which claim sizes, is decided in one place:
+``store.Statements`` (made from the settings); this module is the mechanism it
+runs. A statement's text is the one in its ``.sql`` file: SQLAlchemy's compiler
+(the one that runs it unprepared) numbers its parameters ``$1, $2, ...`` and
+writes in the values bound as literals (the claim's LIMIT); nothing here edits
+SQL text.
 """
 
 from __future__ import annotations
@@ -42,52 +49,73 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-# SQLAlchemy text()'s own rule for a bind parameter (not '::type', not 'a:b').
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+# Parameters numbered $1, $2, ... (PREPARE's form), a repeated one keeping its number.
+_DOLLAR = PGDialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 _MISSING = "26000"  # invalid_sql_statement_name: "prepared statement ... does not exist"
 _INFO_KEY = "outbox_prepared_at"
 _MAX_PER_CONNECTION = 32
 # A claim's prepared sizes come in eighths of a batch (``size_of``), and a claim
-# that returned less than an eighth is "short" (``is_short``): one fraction, so a
-# worker that turns to prepared claims after a short one never asks for a size
-# between the steps.
+# that returned less than an eighth is "short" (``is_short``): one fraction, so
+# ``store.Statements``, turning to prepared claims after a short one, never asks
+# for a size between the steps.
 EIGHTHS = 8
 
 
 @dataclasses.dataclass(frozen=True)
 class Statement:
-    """``sql`` with ``:name`` parameters, each given a PostgreSQL type in ``types``."""
+    """``sql`` with ``:name`` parameters, each given a PostgreSQL type in ``types``;
+    a parameter bound with ``literal_execute=True`` and a value is written into the
+    statement instead (``literal``)."""
 
     name: str
-    sql: str
+    sql: str | sa.TextClause
     types: Mapping[str, str]
     max_age_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", self.name):
             raise ValueError(f"prepared statement name {self.name!r}: use [a-z0-9_]")
-        missing = set(_BIND.findall(self.sql)) - set(self.types)
+        missing = set(self.order) - set(self.types)
         if missing:
             raise ValueError(f"{self.name}: no type for parameter(s) {sorted(missing)}")
 
     @functools.cached_property
+    def _compiled(self) -> tuple[str, tuple[str, ...]]:
+        """The body with $n parameters, and their names in the order of first use."""
+        clause = sa.text(self.sql) if isinstance(self.sql, str) else self.sql
+        compiled = clause.compile(dialect=_DOLLAR)
+        # Literals are written in at expansion; the other parameters keep their $n.
+        literals = {bind.key for bind in compiled.literal_execute_params}
+        names = [name for name in compiled.positiontup or () if name not in literals]
+        expanded = compiled.construct_expanded_state(dict.fromkeys(names))
+        return expanded.statement, tuple(expanded.positiontup or ())
+
+    @property
     def order(self) -> tuple[str, ...]:
-        """The parameters in the order of their first use ($1, $2, ...). Cached: a
-        regex pass over the claim's 6 KB took ~160 µs, on every claim."""
-        return tuple(dict.fromkeys(_BIND.findall(self.sql)))
+        """The parameters in the order of their first use ($1, $2, ...). Cached: the
+        claim is compiled once per size, not on every claim."""
+        return self._compiled[1]
 
     def prepare_sql(self) -> str:
-        order = self.order
-        body = _BIND.sub(lambda m: f"${order.index(m.group(1)) + 1}", self.sql)
-        types = ", ".join(self.types[name] for name in order)
-        return f"PREPARE {self.name} ({types}) AS {body}"
+        types = ", ".join(self.types[name] for name in self.order)
+        return f"PREPARE {self.name} ({types}) AS {self._compiled[0]}"
 
     @functools.cached_property
     def execute_sql(self) -> str:
         return f"EXECUTE {self.name} ({', '.join(['%s'] * len(self.order))})"
+
+
+def literal(clause: sa.TextClause, **values: int) -> sa.TextClause:
+    """``clause`` with these parameters written into the statement when it is
+    compiled (PostgreSQL plans a literal LIMIT, not a guess), by SQLAlchemy's compiler."""
+    return clause.bindparams(
+        *(sa.bindparam(name, value, literal_execute=True) for name, value in values.items())
+    )
 
 
 def is_short(claimed: int, ceiling: int) -> bool:

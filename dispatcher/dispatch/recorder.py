@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -41,7 +40,7 @@ class Recorder:
         batch_size: int,
         give_up_s: float,
         recorded: Callable[[int], None],
-        prepared: bool = False,
+        statements: store.Statements | None = None,
     ) -> None:
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self._db = db
@@ -50,7 +49,7 @@ class Recorder:
         self._batch_size = batch_size
         self._give_up_s = give_up_s
         self._recorded = recorded  # told how many claimed effects are settled
-        self._prepared = prepared  # the record statement prepared per connection
+        self._statements = statements or store.Statements()  # how records run
         # Recorded outcomes by name (delivered, retry, dead, gone, stale, unrecorded).
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -78,7 +77,7 @@ class Recorder:
     async def _record(self, batch: list[store.Result]) -> None:
         try:
             fresh = await self._db.call(
-                functools.partial(store.record, prepared=self._prepared),
+                self._statements.record,
                 self._worker_id,
                 batch,
                 give_up_after_s=self._give_up_s,

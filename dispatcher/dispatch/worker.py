@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -38,7 +37,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.queue import QueueStats
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.wakeup import Listener
-from spark_outbox.dispatch import prepared, retention, store
+from spark_outbox.dispatch import retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.metrics import Metrics
@@ -84,7 +83,7 @@ class Worker:
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
-        self._last_claimed = 0  # effects the last claim returned
+        self._statements = store.Statements.from_settings(settings)
         self._recorder = Recorder(
             self._db,
             self.worker_id,
@@ -92,7 +91,7 @@ class Worker:
             batch_size=settings.claim_batch_size,
             give_up_s=max(120.0, settings.lease_s),
             recorded=self._settled,
-            prepared=settings.prepared_statements,
+            statements=self._statements,
         )
         self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
 
@@ -164,31 +163,16 @@ class Worker:
         capacity = s.concurrency + s.claim_batch_size
         while not self._stopping.is_set():
             self._wake.clear()
-            limit = min(s.claim_batch_size, capacity - self._held)
-            # After a short claim (little is due: most of a claim's cost is then its
-            # planning) the claim runs prepared, at one of a few sizes, each a
-            # statement prepared per connection. Under a backlog it is planned per
-            # call as before: PostgreSQL chose custom plans there anyway, and the
-            # prepared path measured ~8 % fewer deliveries/s (bench/RESULTS.md).
-            small = s.prepared_statements and prepared.is_short(
-                self._last_claimed, s.claim_batch_size
-            )
-            if small and limit > 0:
-                limit = prepared.size_of(limit, s.claim_batch_size)
-            if limit > 0:
-                claimed = await self._db.call(
-                    functools.partial(store.claim, prepared=small),
-                    self.worker_id,
-                    limit,
-                    s.lease_s,
-                    until=self._stopping,
+            room = min(s.claim_batch_size, capacity - self._held)
+            if room > 0:
+                claim = await self._db.call(
+                    self._statements.claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
-                self._last_claimed = len(claimed or [])
-                for effect in claimed or []:
+                for effect in claim.effects if claim is not None else []:
                     self._unrecorded += 1
                     self._held += 1
                     self._waiting.put_nowait(effect)
-                if claimed is not None and len(claimed) == limit:
+                if claim is not None and claim.full:
                     continue  # more may be due right now
             if self.until_idle and await self._idle():
                 log.info("nothing due: idle", extra={"event": "worker.idle"})

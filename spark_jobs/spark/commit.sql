@@ -122,6 +122,15 @@ FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.
 WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
+-- name: insert_results_template
+-- The same for a results DataFrame of conflict keys only: nothing to overwrite
+-- or add (DO UPDATE SET needs a column), so a row already there is kept.
+INSERT INTO {table} ({columns})
+SELECT {record_columns}
+FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
+WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
+ON CONFLICT ({conflict_keys}) DO NOTHING;
+
 -- name: hold_effects
 -- A held batch's effects wait at the far end of the due index: the claim's range
 -- scan of ix_effects_due stops at now() and never walks them (a held batch is

@@ -1,4 +1,4 @@
-"""How result rows are applied to any results table (the SQL template is in commit.sql).
+"""How result rows are applied to any results table (the SQL templates are in commit.sql).
 
 Rows arrive as jsonb (``staged_results.row``) and are turned into the table's
 row type with ``jsonb_populate_record``, so the sink needs no per-table code.
@@ -66,7 +66,8 @@ def apply_statement(conn: Connection, spec: ResultsSpec, columns: tuple[str, ...
         else f"{quote(c)} = EXCLUDED.{quote(c)}"
         for c in updates
     ]
-    template = _Q["apply_results_template"].text
+    # Only conflict keys: nothing to update, so the statement without DO UPDATE SET.
+    template = _Q["apply_results_template" if assignments else "insert_results_template"].text
     sql = template.format(
         table=table,
         columns=", ".join(quote(c) for c in columns),
@@ -74,6 +75,4 @@ def apply_statement(conn: Connection, spec: ResultsSpec, columns: tuple[str, ...
         conflict_keys=", ".join(quote(c) for c in spec.conflict_keys),
         assignments=", ".join(assignments),
     )
-    if not assignments:
-        sql = sql.replace("DO UPDATE SET ", "DO NOTHING").rstrip(";")
     return sa.text(sql)

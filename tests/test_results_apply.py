@@ -1,0 +1,56 @@
+"""Result rows applied to a results table (spark_jobs/results.py), without Spark: the
+statement the commit runs, on staged rows written here, on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from spark_outbox.spark.results import ResultsSpec, apply_statement
+
+
+def _stage(engine: Engine, rows: list[dict[str, object]]) -> uuid.UUID:
+    run_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE IF NOT EXISTS tallies (tally_id text PRIMARY KEY, total int, note text)"
+        )
+        for row in rows:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO staged_results (run_id, task_id, row)"
+                    " VALUES (:run_id, 1, CAST(:row AS jsonb))"
+                ),
+                {"run_id": run_id, "row": json.dumps(row)},
+            )
+    return run_id
+
+
+def _apply(engine: Engine, spec: ResultsSpec, columns: tuple[str, ...], run_id: uuid.UUID) -> int:
+    with engine.begin() as conn:
+        statement = apply_statement(conn, spec, columns)
+        return int(conn.execute(statement, {"run_id": run_id, "task_ids": [1]}).rowcount)
+
+
+def _tallies(engine: Engine) -> list[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql("SELECT * FROM tallies ORDER BY 1")]
+
+
+def test_keys_only_results_insert_new_keys_and_keep_the_rows_already_there(
+    engine: Engine,
+) -> None:
+    adding = ResultsSpec("tallies", ("tally_id",), "add", ("total",))
+    first = _stage(engine, [{"tally_id": "a", "total": 5, "note": "kept"}])
+    assert _apply(engine, adding, ("tally_id", "total", "note"), first) == 1
+    # Only the conflict key: nothing to overwrite or add, a key already there is left as it is.
+    again = _stage(engine, [{"tally_id": "a"}, {"tally_id": "b"}])
+    assert _apply(engine, ResultsSpec("tallies", ("tally_id",)), ("tally_id",), again) == 1
+    assert _tallies(engine) == [("a", 5, "kept"), ("b", None, None)]
+    # The same rows with a column to add: the DO UPDATE statement, not the keys-only one.
+    more = _stage(engine, [{"tally_id": "a", "total": 2}])
+    assert _apply(engine, adding, ("tally_id", "total"), more) == 1
+    assert _tallies(engine) == [("a", 7, "kept"), ("b", None, None)]
