@@ -38,8 +38,13 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without anything that points Python at the repository."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    """This process's environment without anything that points Python at the repository
+    (PYSPARK_PYTHON too: Spark's workers then run the environment's own Python)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("PYSPARK_")
+    }
     env.pop("DATABASE_URL", None)
     return {**env, **extra}
 

@@ -11,6 +11,8 @@ import json
 import logging
 import sys
 
+from spark_outbox.core.outside import one_line
+
 # Attributes every LogRecord has; anything else came in through ``extra``.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 # Never let these reach a log line, whatever a caller passes.
@@ -37,13 +39,17 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
+    """One line per record (a traceback follows on lines of its own): line breaks in
+    the message and in every field (an SMTP server's multi-line reply in ``error``)
+    are escaped, so no text from outside can forge a line."""
+
     def format(self, record: logging.LogRecord) -> str:
         extras = " ".join(
-            f"{k}={'[redacted]' if k.lower() in _SECRET_FIELDS else v}"
+            f"{k}={'[redacted]' if k.lower() in _SECRET_FIELDS else one_line(str(v))}"
             for k, v in vars(record).items()
             if k not in _STANDARD and not k.startswith("_")
         )
-        base = f"{record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        base = f"{record.levelname.lower():7} {record.name}: {one_line(record.getMessage())}"
         text = f"{base}  {extras}" if extras else base
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)

@@ -56,6 +56,26 @@ def clean(
     return text
 
 
+# What ends a line for a log reader: \n and \r (``clean`` keeps \n: an excerpt's
+# lines and a multi-line SMTP reply read better so in the database), and the
+# Unicode line and paragraph separators, which ``clean`` does not escape.
+_LINE_BREAK = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break escaped (``\\n``): for a line-based log, where
+    a receiver's text with a newline could otherwise forge a line of its own (an SMTP
+    server's multi-line reply is one: its lines are joined with \\n)."""
+    return _LINE_BREAK.sub(_escape_break, text) if _LINE_BREAK.search(text) else text
+
+
+def _escape_break(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in "\n\r":
+        return "\\n" if char == "\n" else "\\r"
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
 def failure(exc: BaseException) -> dict[str, Any]:
     """Log fields for an unexpected exception: its class and message cleaned, and
     where it was raised (frames only: our code, no receiver bytes)."""

@@ -163,10 +163,12 @@ class Delivery:
     ) -> store.Result:
         outcome, delay_s, error = sent.outcome, 0.0, sent.error
         if sent.handed_over and endpoint is not None and not endpoint.deduplicates:
-            # Handed over, no answer: the receiver may have it and cannot deduplicate.
+            # Handed over, no answer (or none readable): the receiver may have it and
+            # cannot deduplicate.
             outcome = "uncertain"
+            what = "no answer" if sent.error_class != "BadResponse" else "no readable answer"
             error = (
-                f"handed over, then no answer ({sent.error}): the receiver may have it; "
+                f"handed over, then {what} ({sent.error}): the receiver may have it; "
                 "not sent again automatically: mark it delivered or send it again"
             )
         if outcome == "retry":

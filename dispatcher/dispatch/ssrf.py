@@ -79,6 +79,9 @@ def forbidden_reason(address: Address) -> str | None:
                 if reason is not None:
                     return f"{form} {reason}"
             return f"{form} ({_NEVER_PUBLIC[form]})" if form in _NEVER_PUBLIC else None
+    # fec0::/10: site-local, deprecated (RFC 3879) yet still routed inside some
+    # networks; ``ipaddress`` counts it neither private nor reserved.
+    site_local = isinstance(address, ipaddress.IPv6Address) and address.is_site_local
     checks = (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -87,6 +90,7 @@ def forbidden_reason(address: Address) -> str | None:
         ("multicast", address.is_multicast),
         ("reserved", address.is_reserved),
         ("private", address.is_private),
+        ("site-local (fec0::/10, deprecated)", site_local),
     )
     for reason, hit in checks:
         if hit:

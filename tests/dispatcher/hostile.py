@@ -3,7 +3,9 @@
 Each request's ``webhook-id`` picks a ``Behaviour``: a well-framed answer with
 odd bytes in the status line, headers and body; raw garbage; an endless
 chunked body; a header line too long for any parser; a drip; silence; a reset;
-a close without a word. Every request is logged with its arrival time
+a close without a word; interim 1xx answers before the framed one; a status
+line followed by a broken header line; a chunked body that ends in an endless
+trailer section. Every request is logged with its arrival time
 (``time.time()``, the same clock PostgreSQL's ``now()`` reads on this host).
 """
 
@@ -16,7 +18,21 @@ import socket
 import struct
 import time
 
-KINDS = ("answer", "garbage", "endless", "long_header", "drip", "silence", "reset", "close")
+KINDS = (
+    "answer",
+    "garbage",
+    "endless",
+    "long_header",
+    "drip",
+    "silence",
+    "reset",
+    "close",
+    "interim",
+    "broken_head",
+    "trailers",
+)
+INTERIM = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+TRAILERS_OFFERED = 64 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +88,8 @@ class HostileReceiver:
         self.arrivals.append((key, time.time()))
         await reader.readexactly(int(headers.get("content-length", "0")))
         b = self.behaviours.get(key, Behaviour("answer"))
-        if b.kind == "answer":
-            writer.write(b.answer())
+        if b.kind in ("answer", "interim"):
+            writer.write((INTERIM if b.kind == "interim" else b"") + b.answer())
             await writer.drain()
             return True
         await _misbehave(b, reader, writer)
@@ -92,6 +108,17 @@ async def _misbehave(
         for _ in range(10000):  # ~40 MB at most; the client hangs up long before
             writer.write(b"1000\r\n" + b"\x00\xff" * 2048 + b"\r\n")
             await writer.drain()
+    elif b.kind == "broken_head":
+        writer.write(b"HTTP/1.1 %d X\r\nthis is no header line\r\n\r\n" % b.status)
+    elif b.kind == "trailers":
+        writer.write(
+            b"HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n" % b.status
+        )
+        line = b"X-Trailer: " + b"t" * 4096 + b"\r\n"
+        for _ in range(TRAILERS_OFFERED // len(line) // 16):  # the client hangs up long before
+            writer.write(line * 16)
+            await writer.drain()
+        writer.write(b"\r\n")
     elif b.kind == "drip":
         for byte in b.answer():
             writer.write(bytes([byte]))

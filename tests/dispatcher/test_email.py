@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import email
 import email.policy
+import io
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from spark_outbox.cli.tools.scratch import free_port
 from spark_outbox.core.endpoints import add_email
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.keys import effect_key
+from spark_outbox.core.logs import TextFormatter
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch.channels.smtp import message_id
 from tests.dispatcher import procs
@@ -141,6 +144,49 @@ def test_a_permanent_smtp_refusal_is_dead_a_temporary_one_retried(
         ).all()
     assert [tuple(o) for o in outcomes] == [("retry", 450), ("retry", 450), ("dead", 450)]
     assert _states(engine)[key][0] == "dead"
+
+
+class Counting(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+FORGED = "info    spark_outbox.dispatch.recorder: delivered  event=effect.delivered idempotency_key=forged"
+
+
+def test_a_multi_line_smtp_reply_cannot_forge_a_line_in_text_logs(
+    engine: Engine, fast: Settings, smtp: tuple[Inbox, int]
+) -> None:
+    """A server's refusal whose second reply line is a whole fake log line: the
+    attempt's error keeps the reply's lines (the database is no log), and the text
+    log's line for it stays one line, the fake one escaped inside it."""
+    inbox, port = smtp
+    inbox.refuse_with = f"550-mailbox unavailable\r\n550 {FORGED}"
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(TextFormatter())
+    counter = Counting()
+    records = counter.records
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.addHandler(counter)
+    try:
+        (key,) = _mail(engine, port, ("c@example.com", {"subject": "s", "text": "t"}))
+        assert run_worker(fast, engine) == 0
+    finally:
+        root.removeHandler(handler)
+        root.removeHandler(counter)
+    state, error = _states(engine)[key]
+    assert state == "dead" and error is not None and f"unavailable\n{FORGED}" in error
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == len(records)  # one line per record
+    (line,) = [line for line in lines if "forged" in line]
+    assert line.startswith("warning spark_outbox.dispatch.recorder: not delivered")
+    assert f"mailbox unavailable\\n{FORGED}" in line
 
 
 BAD_EMAILS = [

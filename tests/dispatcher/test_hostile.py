@@ -153,3 +153,80 @@ def _check(engine: sa.Engine, receiver: HostileReceiver, deduplicates: dict[str,
         if state == "delivered":
             cutoff = delivered_at.timestamp()
             assert all(at < cutoff for at in arrivals), (key, arrivals, delivered_at)
+
+
+def _outcomes(engine: sa.Engine, key: str) -> tuple[str, list[tuple[str, str | None, str | None]]]:
+    """The effect's state and its attempts (outcome, error class, error), in order."""
+    with engine.connect() as conn:
+        state = conn.execute(
+            sa.text("SELECT state FROM effects WHERE idempotency_key = :k"), {"k": key}
+        ).scalar_one()
+        rows = conn.execute(
+            sa.text(
+                "SELECT a.outcome, a.error_class, a.error FROM delivery_attempts a"
+                " JOIN effects e ON e.id = a.effect_id WHERE e.idempotency_key = :k"
+                " ORDER BY a.id"
+            ),
+            {"k": key},
+        ).all()
+    return state, [(r[0], r[1], r[2]) for r in rows]
+
+
+def _drained(
+    engine: sa.Engine, s: Settings, drawn: list[tuple[Behaviour, bool, bool]]
+) -> HostileReceiver:
+    receiver, code = asyncio.run(_drain(engine, s, drawn))
+    assert code == 0
+    return receiver
+
+
+def test_an_endless_trailer_section_ends_as_a_recorded_failure_naming_the_trailers(
+    engine: sa.Engine, worker_settings: Settings, db_url: str
+) -> None:
+    """A 200 whose chunked body ends in 64 MiB of trailers was recorded delivered
+    after the dispatcher had read them all into memory. Now the send is refused
+    once head and trailers pass 16 KiB: retried, then dead, on a deduplicating
+    endpoint; uncertain (sent once) on one that cannot deduplicate."""
+    s = dataclasses.replace(worker_settings, database_url=db_url)
+    drawn = [(Behaviour("trailers"), False, True), (Behaviour("trailers"), False, False)]
+    receiver = _drained(engine, s, drawn)
+    state, attempts = _outcomes(engine, effect_key("hostile", 0))
+    assert state == "dead" and [a[:2] for a in attempts] == [
+        ("retry", "BadResponse"),
+        ("dead", "BadResponse"),
+    ]
+    assert all("trailers over 16384 bytes" in (a[2] or "") for a in attempts)
+    state, attempts = _outcomes(engine, effect_key("hostile", 1))
+    assert state == "uncertain" and [a[:2] for a in attempts] == [("uncertain", "BadResponse")]
+    assert "handed over, then no readable answer" in (attempts[0][2] or "")
+    assert [k for k, _ in receiver.arrivals].count(effect_key("hostile", 1)) == 1
+
+
+def test_interim_answers_before_a_2xx_end_delivered(
+    engine: sa.Engine, worker_settings: Settings, db_url: str
+) -> None:
+    """100 Continue and 103 Early Hints, then 201: delivered (the 1xx was taken as
+    the final answer and dead-lettered the effect)."""
+    s = dataclasses.replace(worker_settings, database_url=db_url)
+    _drained(engine, s, [(Behaviour("interim", status=201, body=b"made"), False, True)])
+    state, attempts = _outcomes(engine, effect_key("hostile", 0))
+    assert state == "delivered" and [a[0] for a in attempts] == ["delivered"]
+
+
+def test_a_head_broken_after_its_status_line_is_uncertain_where_the_endpoint_cannot_deduplicate(
+    engine: sa.Engine, worker_settings: Settings, db_url: str
+) -> None:
+    """The receiver got the whole request and answered a status line, then a broken
+    header line: it may have acted on it, and a resend most likely meets the same
+    answer. Not deduplicating: uncertain, sent once (it was retried, the receiver
+    getting the effect again and again). Deduplicating: retried as before."""
+    s = dataclasses.replace(worker_settings, database_url=db_url)
+    drawn = [(Behaviour("broken_head"), True, False), (Behaviour("broken_head"), True, True)]
+    receiver = _drained(engine, s, drawn)
+    arrivals = [k for k, _ in receiver.arrivals]
+    state, attempts = _outcomes(engine, effect_key("hostile", 0))
+    assert state == "uncertain" and [a[:2] for a in attempts] == [("uncertain", "BadResponse")]
+    assert arrivals.count(effect_key("hostile", 0)) == 1
+    state, attempts = _outcomes(engine, effect_key("hostile", 1))
+    assert state == "pending" and [a[0] for a in attempts] == ["retry", "retry"]
+    assert arrivals.count(effect_key("hostile", 1)) == 2

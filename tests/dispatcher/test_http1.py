@@ -13,26 +13,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import gc
 import ipaddress
+import socket
 import ssl
+import threading
 import time
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
 import trustme
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spark_outbox.core.outside import EXCERPT_BYTES
+from spark_outbox.dispatch.channels import Sent
 from spark_outbox.dispatch.channels.http1 import (
+    _NEXT,
     LEARNED_FLOOR_S,
     MAX_HEAD_BYTES,
     Answer,
     Client,
     Failure,
+    State,
     _reuse_limit,
 )
+from spark_outbox.dispatch.channels.webhook import classify, failed
 
 LOOPBACK = [ipaddress.ip_network("127.0.0.0/8")]
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -564,5 +573,358 @@ def test_any_bytes_end_as_an_answer_or_a_failure_and_the_client_goes_on(
                 assert failure.kind in {"BadResponse", "Disconnected", "Timeout"}
             assert (await post(client, server)).status == 200
             await client.close()
+
+    run(main())
+
+
+def test_interim_answers_are_skipped_and_the_final_answer_is_read() -> None:
+    """100 Continue and 103 Early Hints come before the final answer (together, or
+    one by one as separate reads); the final one is returned, without the interim
+    answers' headers, and its connection is reused."""
+    interim = (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+    )
+
+    async def one_by_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        for piece in (b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Hints\r\n\r\n", OK):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        return False
+
+    async def main() -> None:
+        async with serving([answer(interim + OK), one_by_one, answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            for _ in range(3):
+                got = await post(client, server)
+                assert (got.status, got.reason, bytes(got.body)) == (200, "OK", b"ok")
+                assert got.header("Link") is None
+            await client.close()
+        assert server.connections == 1
+
+    run(main())
+
+
+def test_an_endless_run_of_interim_answers_is_refused_as_an_oversized_head() -> None:
+    endless = b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_HEAD_BYTES // 10)
+
+    async def main() -> None:
+        async with serving([answer(endless), answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as refused:
+                await post(client, server)
+            assert refused.value.kind == "BadResponse" and "head over" in refused.value.detail
+            assert (await post(client, server)).status == 200
+            await client.close()
+
+    run(main())
+
+
+def test_a_head_broken_after_its_status_line_leaves_the_outcome_unknown() -> None:
+    """The whole request was written and the receiver answered a status line, then
+    a header line that breaks HTTP: the failure says so (written, status 200), and
+    that nothing readable came back (``outcome_unknown``; ``handed_over`` keeps its
+    meaning: no status line). Garbage before any status line: the same unknown."""
+    broken = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nthis is no header\r\n\r\nok"
+
+    async def main() -> None:
+        async with serving([answer(broken), answer(b"\x00garbage\r\n\r\n")]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as bad:
+                await post(client, server)
+            failure = bad.value
+            assert (failure.kind, failure.written, failure.status) == ("BadResponse", True, 200)
+            assert failure.received == len(broken)
+            assert failure.outcome_unknown and not failure.handed_over
+            with pytest.raises(Failure) as garbage:
+                await post(client, server)
+            assert garbage.value.status is None and garbage.value.outcome_unknown
+            await client.close()
+
+    run(main())
+
+
+HALF_HEAD = b"HTTP/1.1 503 Busy\r\nX-A: b\r\n"
+
+
+def test_a_timeout_carries_how_far_the_exchange_got() -> None:
+    async def head_then_silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(HALF_HEAD)
+        await writer.drain()
+        await reader.read()
+        return True
+
+    async def main() -> None:
+        async with serving([head_then_silence]) as server:
+            client = Client(4, LOOPBACK, None)
+            with pytest.raises(Failure) as late:
+                await post(client, server, timeout_s=0.2)
+            failure = late.value
+            assert (failure.kind, failure.written, failure.status) == ("Timeout", True, 503)
+            assert failure.received == len(HALF_HEAD) and failure.answer is None
+            assert not failure.handed_over and not failure.outcome_unknown
+            await client.close()
+
+    run(main())
+
+
+TRAILER_LINE = b"X-Trailer: " + b"t" * 4096 + b"\r\n"
+
+
+def test_an_endless_trailer_section_is_refused_and_memory_does_not_grow_with_it() -> None:
+    """A chunked 200 whose body ends in a trailer section that goes on and on (up
+    to 64 MiB offered): the trailers count against MAX_HEAD_BYTES with the head,
+    the client refuses the answer (``BadResponse``, the reason names the trailers),
+    hangs up, and its memory never holds more than a few reads of them."""
+    offered = 64 * 1024 * 1024
+    sent = [0]
+
+    async def trailers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n")
+        with contextlib.suppress(OSError):
+            while sent[0] < offered:
+                writer.write(TRAILER_LINE * 16)
+                await writer.drain()
+                sent[0] += len(TRAILER_LINE) * 16
+            writer.write(b"\r\n")
+            await writer.drain()
+        return True
+
+    async def main() -> None:
+        async with serving([trailers, answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            tracemalloc.start()
+            try:
+                with pytest.raises(Failure) as refused:
+                    await post(client, server, timeout_s=20.0)
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            failure = refused.value
+            assert failure.kind == "BadResponse" and "trailers over" in failure.detail
+            assert (failure.written, failure.status) == (True, 200) and failure.outcome_unknown
+            assert peak < 4 * 1024 * 1024, peak
+            await asyncio.sleep(0.2)
+            assert sent[0] < offered // 4, sent[0]  # the client hung up long before the end
+            assert (await post(client, server)).status == 200
+            await client.close()
+
+    run(main())
+
+
+def test_small_trailers_are_read_and_the_connection_kept() -> None:
+    """Trailers within the limit, and a body whose chunk size lines end reads (each
+    chunk's data comes in the next read): answered as before, the connection reused."""
+
+    async def chunks(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 202 Accepted\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (b"3\r\n", b"abc\r\n4\r\n", b"defg\r\n0\r\n", b"X-Sum: 7\r\n\r\n"):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        return False
+
+    async def main() -> None:
+        async with serving([chunks]) as server:
+            client = Client(4, LOOPBACK, None)
+            for _ in range(2):
+                got = await post(client, server)
+                assert (got.status, bytes(got.body), got.header("X-Sum")) == (202, b"abcdefg", "7")
+            await client.close()
+        assert server.connections == 1
+
+    run(main())
+
+
+FILLER_SIZES = st.sampled_from([0, 5, 3000, 20_000, 3_000_000])
+
+
+@dataclasses.dataclass(frozen=True)
+class Generated:
+    """A generated answer, small to show: interim heads, a status, headers (odd
+    bytes, and one of any size), a framing (length, chunks with trailers of any size,
+    to the close) over a body of any size, the whole cut anywhere or not."""
+
+    interims: int
+    status: int
+    reason: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    header_fill: int
+    body_len: int
+    framing: str
+    trailer_fill: int
+    cut_at: int | None  # a fraction in 1/1000 of the whole
+
+    def raw(self) -> bytes:
+        parts = [b"HTTP/1.1 100 Continue\r\n\r\n"] * self.interims
+        parts.append(b"HTTP/1.1 %d %s\r\n" % (self.status, self.reason))
+        parts += [name + b": " + value + b"\r\n" for name, value in self.headers]
+        if self.header_fill:
+            parts.append(b"X-Big: " + b"h" * self.header_fill + b"\r\n")
+        body = b"b" * self.body_len
+        if self.framing == "length":
+            parts.append(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        elif self.framing == "chunked":
+            parts.append(b"Transfer-Encoding: chunked\r\n\r\n")
+            if body:
+                parts.append(b"%x\r\n" % len(body) + body + b"\r\n")
+            parts.append(b"0\r\n")
+            if self.trailer_fill:
+                parts.append(b"X-T: " + b"t" * self.trailer_fill + b"\r\n")
+            parts.append(b"\r\n")
+        else:
+            parts.append(b"Connection: close\r\n\r\n" + body)
+        raw = b"".join(parts)
+        return raw if self.cut_at is None else raw[: len(raw) * self.cut_at // 1000]
+
+    @property
+    def closes(self) -> bool:
+        return self.cut_at is not None or self.framing == "close"
+
+
+generated = st.builds(
+    Generated,
+    interims=st.integers(0, 2),
+    status=st.sampled_from([200, 201, 204, 302, 404, 410, 429, 500, 503]),
+    reason=st.binary(max_size=12),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([b"X-A", b"Retry-After", b"Keep-Alive", b"Set-Cookie"]),
+            st.binary(max_size=30),
+        ),
+        max_size=3,
+    ).map(tuple),
+    header_fill=FILLER_SIZES,
+    body_len=FILLER_SIZES,
+    framing=st.sampled_from(["length", "chunked", "close"]),
+    trailer_fill=FILLER_SIZES,
+    cut_at=st.none() | st.integers(0, 999),
+)
+
+
+class ThreadedReceiver:
+    """A blocking receiver in threads of its own (no asyncio write buffer whose
+    copies would count as the client's memory): a request whose ``webhook-id`` is
+    ``odd`` gets ``chunks`` (then a close if ``close``), any other one ``OK``."""
+
+    def __init__(self, chunks: list[memoryview], close: bool) -> None:
+        self.chunks, self.close = chunks, close
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/hook"
+
+    def __enter__(self) -> ThreadedReceiver:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._sock.close()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self._sock.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    more = conn.recv(65536)
+                    if not more:
+                        return
+                    data += more
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += conn.recv(65536)
+                data = data[length:]
+                if b"webhook-id: odd" not in head:
+                    conn.sendall(OK)
+                    continue
+                for chunk in self.chunks:
+                    conn.sendall(chunk)
+                    time.sleep(0)
+                if self.close:
+                    return
+
+
+@settings(max_examples=60, deadline=None)
+@given(drawn=generated, pieces=st.integers(1, 4))
+@example(drawn=Generated(0, 200, b"OK", (), 0, 2, "chunked", 3_000_000, None), pieces=2)
+@example(drawn=Generated(2, 204, b"", (), 0, 0, "length", 0, None), pieces=1)
+def test_any_generated_answer_ends_as_a_recorded_outcome_in_bounded_memory(
+    drawn: Generated, pieces: int
+) -> None:
+    """Whatever a receiver on loopback answers, in however many writes (big heads,
+    bodies and trailers up to 3 MB included): an Answer or a Failure, each
+    classified as a webhook outcome; the client's memory stays within a few socket
+    reads whatever the answer's size; and the next send is answered."""
+    raw = drawn.raw()
+    step = max(1, len(raw) // pieces)
+    # Sliced before the count starts: the receiver's own bytes are not the client's.
+    chunks = [memoryview(raw)[at : at + step] for at in range(0, len(raw), step)]
+
+    async def main() -> None:
+        with ThreadedReceiver(chunks, drawn.closes) as server:
+            client = Client(4, LOOPBACK, None)
+            target = client.target(server.url)
+            tracemalloc.start()
+            try:
+                got = await client.post(target, [("webhook-id", "odd")], b"{}", 0.5)
+                sent = Sent(classify(got.status, None)[0])
+                assert got.status >= 200 and len(got.body) <= EXCERPT_BYTES
+            except Failure as failure:
+                sent = failed(failure)
+                assert failure.kind in {"BadResponse", "Disconnected", "Timeout"}
+            finally:
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+            assert sent.outcome in {"delivered", "retry", "dead", "gone"}
+            assert peak < 2 * 1024 * 1024, peak
+            assert (await client.post(target, [("webhook-id", "ok")], b"{}", 2.0)).status == 200
+            await client.close()
+
+    run(main())
+
+
+def test_every_state_can_close_and_is_reached_from_idle() -> None:
+    """The transition table is whole: from IDLE every state is reachable, every
+    state may close, only CLOSED is final, and a complete exchange leads back to IDLE."""
+    reached, todo = {State.IDLE}, [State.IDLE]
+    while todo:
+        for nxt in (*_NEXT[todo.pop()], State.CLOSED):
+            if nxt not in reached:
+                reached.add(nxt)
+                todo.append(nxt)
+    assert reached == set(State)
+    assert [s for s in State if not _NEXT[s]] == [State.CLOSED]
+    assert State.IDLE in _NEXT[State.DONE]
+
+
+def test_a_cancelled_send_closes_its_connection_and_leaves_nothing_unretrieved() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await reader.read()
+        return True
+
+    async def main() -> None:
+        errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        async with serving([answer(OK), silent, answer(OK)]) as server:
+            client = Client(4, LOOPBACK, None)
+            assert (await post(client, server)).status == 200
+            sending = asyncio.create_task(post(client, server))
+            await asyncio.sleep(0.1)
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+            assert (await post(client, server)).status == 200
+            assert server.connections == 2  # the cancelled send's connection was closed
+            await client.close()
+        del sending
+        gc.collect()
+        await asyncio.sleep(0.05)
+        assert errors == []
 
     run(main())

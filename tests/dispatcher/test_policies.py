@@ -199,3 +199,16 @@ def test_allow_listing_0_0_0_0_8_does_not_open_the_ipv6_loopback_or_unspecified(
     for address in ("::", "::1"):
         with pytest.raises(ssrf.SsrfRefused):
             ssrf.check(address, (ipaddress.ip_network("0.0.0.0/8"),))
+
+
+@pytest.mark.parametrize("address", ["fec0::1", "fec0:0:0:1::5", "feff:ffff::1"])
+def test_deprecated_site_local_ipv6_is_refused_unless_its_network_is_allow_listed(
+    address: str,
+) -> None:
+    """fec0::/10 is neither private nor reserved to ``ipaddress``, yet it can reach
+    a site's internal hosts: refused by default, with the reason and the fix."""
+    with pytest.raises(ssrf.SsrfRefused) as info:
+        ssrf.check(address, ())
+    assert "site-local" in str(info.value) and "OUTBOX_SSRF_ALLOW_NETWORKS" in str(info.value)
+    ssrf.check(address, (ipaddress.ip_network("fec0::/10"),))
+    assert ssrf.forbidden_reason(ipaddress.ip_address("fe00::1")) is not None  # reserved

@@ -150,6 +150,39 @@ def test_other_4xx_is_dead_with_the_reason_and_redacted_headers(
     assert _effect(engine, key)["state"] == "dead"
 
 
+def test_only_harmless_headers_keep_their_values_in_the_excerpt(
+    engine: Engine, fast: Settings, receiver: Receiver
+) -> None:
+    """A receiver's own names for credentials (X-Session, X-Access) are unknowable
+    to a deny-list: every header outside the allow-list appears by name with its
+    value redacted; the ones support needs (request id, content type, server, date,
+    retry-after) keep theirs."""
+    receiver.script(
+        "/hook",
+        Reply(
+            503,
+            headers={
+                "X-Session": "sess-123",
+                "X-Access": "acc-456",
+                "X-Request-Id": "req-789",
+                "Retry-After": "1",
+            },
+            body="busy",
+        ),
+        Reply(200),
+    )
+    _setup(engine, receiver.url())
+    assert run_worker(fast, engine) == 0
+    excerpt = _attempts(engine)[0]["response_excerpt"]
+    assert "sess-123" not in excerpt and "acc-456" not in excerpt
+    lines = excerpt.splitlines()
+    assert "X-Session: [redacted]" in lines and "X-Access: [redacted]" in lines
+    assert "X-Request-Id: req-789" in lines and "Retry-After: 1" in lines
+    assert "Content-Type: text/plain; charset=utf-8" in lines
+    assert any(line.startswith("Server: Python/") for line in lines)
+    assert any(line.startswith("Date: ") and "redacted" not in line for line in lines)
+
+
 def test_a_connection_error_is_retried(engine: Engine, fast: Settings, receiver: Receiver) -> None:
     _, (key,) = _setup(engine, "http://127.0.0.1:9/closed")
     assert run_worker(fast, engine) == 0

@@ -18,15 +18,23 @@ What it does (docs/dispatcher.md, "Webhook client"):
 - one total deadline per send (connect, write, answer);
 - chunked and Content-Length bodies, or a body up to the close; the body read
   stops at ``EXCERPT_BYTES`` (the connection is closed then, not reused);
-- response heads over ``MAX_HEAD_BYTES`` are refused; redirects never followed;
-- every failure is a ``Failure`` carrying whether the request was completely
-  written to the socket before it happened, with no status line yet
-  (``handed_over``: the receiver may have acted on it).
+- interim answers (1xx: 100 Continue, 103 Early Hints) are skipped, the final
+  one read;
+- every byte a receiver sends is bounded: the head (interim ones included) and
+  the trailer section after a chunked body share ``MAX_HEAD_BYTES``, the body is
+  read up to the excerpt; more is refused (``BadResponse``); redirects never followed;
+- a connection is a state machine (``State``; every transition in ``_NEXT``);
+- every failure is a ``Failure`` carrying how far the exchange got: whether the
+  request was completely written to the socket, the status if its line arrived,
+  the bytes received (``handed_over``: written and no status line, the receiver
+  may have acted on it; ``outcome_unknown``: or an answer broken after its
+  status line, see there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import ipaddress
 import re
 import socket
@@ -45,6 +53,10 @@ from spark_outbox.dispatch import ssrf
 # The largest response head (status line and headers) accepted; aiohttp's and
 # most servers' limits are about 8 KiB per line.
 MAX_HEAD_BYTES = 16384
+_TRAILERS_REFUSED = (
+    f"response trailers over {MAX_HEAD_BYTES} bytes with the head: refused "
+    "(the receiver's body ended in an oversized trailer section)"
+)
 DNS_TTL_S = 60.0
 # A pooled connection idle longer than this is closed, not reused. Receivers close
 # idle connections after their own timeout (gunicorn 2 s, uvicorn and Node 5 s,
@@ -79,17 +91,49 @@ def _reuse_limit(answer: Answer, limit_s: float) -> float:
 
 
 class Failure(Exception):
-    """A send that produced no usable answer (or a broken body after the status).
+    """A send that produced no usable answer, with what is known of how far it got.
 
     ``kind``: ``Timeout``, ``ConnectFailed``, ``SsrfRefused``, ``InvalidUrl``,
-    ``BadResponse`` (the answer broke HTTP/1.1) or ``Disconnected``.
+    ``InvalidHeader``, ``BadResponse`` (the answer broke HTTP/1.1 or a limit) or
+    ``Disconnected``. ``written``: the whole request reached the socket.
+    ``status``: the answer's status code, if its status line arrived. ``received``:
+    the answer's bytes that arrived. ``answer``: the answer, if its whole head
+    arrived (a deadline in its body: ``Client.post`` returns it, the status decides).
     """
 
-    def __init__(self, kind: str, detail: str, *, handed_over: bool = False) -> None:
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        *,
+        written: bool = False,
+        status: int | None = None,
+        received: int = 0,
+        answer: Answer | None = None,
+    ) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
-        self.handed_over = handed_over
+        self.written = written
+        self.status = status
+        self.received = received
+        self.answer = answer
+
+    @property
+    def handed_over(self) -> bool:
+        """The whole request was written and no status line came back: the receiver
+        may have acted on it and said nothing."""
+        return self.written and self.status is None
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Nothing the receiver sent tells whether it acted on the whole request it
+        got: no status line, or an answer that broke HTTP after its status line (a
+        malformed or oversized head or trailer section). Such an answer is most
+        likely what a resend would meet again, so it is not resent blindly where the
+        endpoint cannot deduplicate. A connection cut mid-head is not one: a
+        network's accident, a resend may well be answered."""
+        return self.written and (self.status is None or self.kind == "BadResponse")
 
 
 class Answer:
@@ -140,29 +184,75 @@ class Target:
         self.path = f"{path}?{parts.query}" if parts.query else path
 
 
+class State(enum.IntEnum):
+    """Where a connection is. The states of an exchange follow the answer's
+    progress; the request's write runs beside them (a receiver may answer before
+    it has read the whole request), so its end is the one fact kept apart
+    (``_Conn.written``). Ordered: every test of "how far" is one comparison."""
+
+    IDLE = 0  # open, no exchange: fresh, or pooled after a complete answer
+    WRITING = 1  # the request is going out; no byte of an answer yet
+    AWAITING_HEAD = 2  # the request was written (or an interim 1xx answer ended)
+    READING_HEAD = 3  # the status line arrived; the headers are coming
+    READING_BODY = 4  # the head is complete
+    # After a chunk's size line until its data: the last chunk (size 0) has none and
+    # the trailer section follows; a data chunk's first byte goes back to READING_BODY
+    # (httptools does not tell a chunk's size). Its bytes count against MAX_HEAD_BYTES.
+    READING_TRAILERS = 5
+    DONE = 6  # a complete answer that allows the connection's reuse
+    CLOSED = 7  # closed or broken: never used again
+
+
+IDLE, WRITING, AWAITING_HEAD, READING_HEAD = (
+    State.IDLE,
+    State.WRITING,
+    State.AWAITING_HEAD,
+    State.READING_HEAD,
+)
+READING_BODY, READING_TRAILERS, DONE, CLOSED = (
+    State.READING_BODY,
+    State.READING_TRAILERS,
+    State.DONE,
+    State.CLOSED,
+)
+# Every transition there is (``_Conn._enter`` makes them all); any state may close.
+_NEXT: dict[State, tuple[State, ...]] = {
+    IDLE: (WRITING,),
+    WRITING: (AWAITING_HEAD, READING_HEAD),
+    AWAITING_HEAD: (READING_HEAD,),
+    READING_HEAD: (READING_BODY, AWAITING_HEAD),  # the head ended, or an interim one did
+    READING_BODY: (READING_TRAILERS, DONE),
+    READING_TRAILERS: (READING_BODY, DONE),
+    DONE: (IDLE,),
+    CLOSED: (),
+}
+# The same as bit masks, for the hot path's check.
+_ALLOWED = [sum(1 << to for to in (*_NEXT[s], CLOSED)) for s in State]
+
+
 class _Conn(asyncio.Protocol):
-    """One connection; one request at a time."""
+    """One connection; one request at a time; its state machine is ``State``."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.closed = False
+        self.state = IDLE
+        self.written = False  # this exchange's whole request reached the socket
         self.reuse_until = 0.0  # time.monotonic() after which it is closed, not reused
         self.idle_since = 0.0  # time.monotonic() when it last went back to the pool
         self._parser = httptools.HttpResponseParser(self)
-        self._answer: Answer | None = None
+        self._answer = Answer()
         self._done: asyncio.Future[Answer] | None = None
         self._drained: asyncio.Future[None] | None = None
-        self._head_bytes = 0  # bytes received while the head was incomplete
-        self._head_size = 0  # the head's status and header bytes, as parsed
-        self._headers_done = False
-        self._status_seen = False
-        self._complete = False
-        self._reusable = False
-        self._written = False  # the whole request reached the socket
-        # What a deadline cut (``send`` reads them): was the request handed over,
-        # had the status and headers arrived (then the status decides the outcome)?
-        self.cut_handed_over = False
-        self.cut_after_head = False
+        self._timeout_s = 0.0
+        self._received = 0  # bytes of this exchange's answer
+        # Bytes of the head and trailer sections (MAX_HEAD_BYTES): counted as they
+        # arrive while a section is incomplete, and as parsed once the head is whole.
+        self._section_bytes = 0
+        self._head_size = 0  # the heads' status and header bytes, as parsed
+
+    def _enter(self, state: State) -> None:
+        assert _ALLOWED[self.state] >> state & 1, f"{self.state.name} -> {state.name}"
+        self.state = state
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -174,26 +264,33 @@ class _Conn(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=0)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_exception(
-                Failure("Disconnected", f"connection lost while sending: {exc!r}")
+        state, done, drained = self.state, self._done, self._drained
+        if drained is not None and not drained.done():
+            drained.set_exception(
+                self._failure("Disconnected", f"connection lost while sending: {exc!r}")
             )
-        if self._done is None or self._done.done():
+        if state == CLOSED or done is None or done.done():
+            if state != CLOSED:
+                self._enter(CLOSED)
+            return  # closed by us (whoever closed it settled the exchange), or idle
+        if state < READING_BODY:
+            what = (
+                "before an answer" if state < READING_HEAD else "in the middle of the answer head"
+            )
+            # (Told from the state it was lost in, before it closes.)
+            failure = self._failure("Disconnected", f"the receiver closed the connection {what}")
+            self._enter(CLOSED)
+            done.set_exception(failure)
             return
+        self._enter(CLOSED)
+        # The head arrived: a body without length and not chunked runs to the close
+        # (HTTP/1.1 allows it); one with a length or chunks broke off.
         answer = self._answer
-        if answer is not None and self._headers_done:
-            # No length and not chunked: the body runs to the close (HTTP/1.1 allows it).
-            if exc is not None:
-                answer.body_error = f"body unreadable: connection lost ({type(exc).__name__})"
-            elif self._parser.should_keep_alive() and not self._complete:
-                answer.body_error = "body unreadable: the connection closed mid-body"
-            self._done.set_result(answer)
-            return
-        what = "before an answer" if not self._status_seen else "in the middle of the answer head"
-        self._done.set_exception(
-            Failure("Disconnected", f"the receiver closed the connection {what}")
-        )
+        if exc is not None:
+            answer.body_error = f"body unreadable: connection lost ({type(exc).__name__})"
+        elif self._parser.should_keep_alive():
+            answer.body_error = "body unreadable: the connection closed mid-body"
+        done.set_result(answer)
 
     def pause_writing(self) -> None:
         if self._drained is None or self._drained.done():
@@ -204,170 +301,198 @@ class _Conn(asyncio.Protocol):
             self._drained.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self._done is None or self._done.done():
+        state = self.state
+        if not WRITING <= state <= READING_TRAILERS:
             # Bytes nobody asked for (after an answer, or on an idle connection).
-            self._reusable = False
             self.close()
             return
-        if not self._headers_done:
-            self._head_bytes += len(data)
+        self._received += len(data)
+        if state <= READING_HEAD or state == READING_TRAILERS:
+            self._section_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(Failure("BadResponse", "the receiver asked to switch protocols"))
+            self._fail("BadResponse", "the receiver asked to switch protocols")
             return
         except httptools.HttpParserError as exc:
-            self._fail(Failure("BadResponse", f"{type(exc).__name__}: {exc}"))
+            self._fail("BadResponse", f"{type(exc).__name__}: {exc}")
             return
-        if not self._headers_done and self._head_bytes > MAX_HEAD_BYTES:
-            self._fail(
-                Failure("BadResponse", f"response head over {MAX_HEAD_BYTES} bytes: refused")
-            )
+        if self._section_bytes > MAX_HEAD_BYTES:
+            state = self.state
+            if state <= READING_HEAD:
+                self._fail("BadResponse", f"response head over {MAX_HEAD_BYTES} bytes: refused")
+            elif state == READING_TRAILERS:
+                self._fail("BadResponse", _TRAILERS_REFUSED)
 
     def eof_received(self) -> bool | None:
         return False  # close the transport; connection_lost settles the answer
 
     # httptools callbacks
-    def _settled(self) -> bool:
-        """Has this exchange's answer been handed back? Then more bytes are a second
-        answer nobody asked for: ignored, and the connection is not reused."""
-        if self._done is None or self._done.done():
-            self._reusable = False
+    def _in_head(self) -> bool:
+        """An answer's head is arriving (moved to READING_HEAD at its first sign);
+        False for bytes after the answer was handed back (then a second answer
+        nobody asked for: ignored, and the connection is not reused)."""
+        state = self.state
+        if state == READING_HEAD:
             return True
+        if WRITING <= state <= AWAITING_HEAD:
+            self._enter(READING_HEAD)
+            return True
+        self._stray()
         return False
 
+    def _stray(self) -> None:
+        if self.state >= DONE:
+            self.close()
+
     def on_status(self, status: bytes) -> None:
-        if self._settled():
-            return
-        self._status_seen = True
-        self._head_size += len(status)
-        if self._answer is not None:
+        if self.state == READING_HEAD or self._in_head():
+            self._head_size += len(status)
             self._answer.reason += status.decode("utf-8", "surrogateescape")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._settled():
-            return
-        self._status_seen = True
-        self._head_size += len(name) + len(value) + 4
-        answer = self._answer
-        if answer is None:
-            return
+        if self.state != READING_TRAILERS:
+            if self.state != READING_HEAD and not self._in_head():
+                return
+            self._head_size += len(name) + len(value) + 4
+        # (Trailers are kept as headers, as sent; their bytes were counted as they came.)
+        headers = self._answer.headers
         # llhttp may hand a header over in pieces (a name split across reads).
         if name:
-            answer.headers.append(
+            headers.append(
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
             )
-        elif answer.headers:
-            last_name, last_value = answer.headers[-1]
-            answer.headers[-1] = (last_name, last_value + value.decode("utf-8", "surrogateescape"))
+        elif headers:
+            last_name, last_value = headers[-1]
+            headers[-1] = (last_name, last_value + value.decode("utf-8", "surrogateescape"))
 
     def on_headers_complete(self) -> None:
-        if self._settled():
+        if self.state != READING_HEAD and not self._in_head():
             return
-        self._status_seen = self._headers_done = True
         if self._head_size > MAX_HEAD_BYTES:
-            self._fail(
-                Failure("BadResponse", f"response head over {MAX_HEAD_BYTES} bytes: refused")
-            )
+            self._fail("BadResponse", f"response head over {MAX_HEAD_BYTES} bytes: refused")
             return
-        if self._answer is not None:
-            self._answer.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            return  # an interim answer (100 Continue, 103 Early Hints): see its end
+        self._answer.status = status
+        self._section_bytes = self._head_size  # the trailers count from here
+        self._enter(READING_BODY)
+
+    def on_chunk_header(self) -> None:
+        if self.state == READING_BODY:
+            self._enter(READING_TRAILERS)  # until this chunk's data, if it has any
 
     def on_body(self, body: bytes) -> None:
-        answer, done = self._answer, self._done
-        if answer is None or done is None or self._settled():
+        state = self.state
+        if state == READING_TRAILERS:
+            self._enter(READING_BODY)  # a chunk with data: no trailers yet
+            self._section_bytes = self._head_size
+        elif state != READING_BODY:
+            self._stray()
             return
+        answer, done = self._answer, self._done
         room = EXCERPT_BYTES - len(answer.body)
         answer.body += body[:room]
-        if len(body) >= room:
+        if len(body) >= room and done is not None:
             # Enough for the excerpt: the rest is not read (nor the connection reused).
             done.set_result(answer)
             self.close()
 
     def on_message_complete(self) -> None:
-        if self._settled():
+        state, done = self.state, self._done
+        if state == READING_HEAD:
+            # An interim answer ended: the final one follows (its head bytes still
+            # count: an endless run of 1xx answers is refused as an oversized head).
+            self._answer.reason = ""
+            self._answer.headers.clear()
+            self._enter(AWAITING_HEAD)
             return
-        self._complete = True
-        self._reusable = self._parser.should_keep_alive()
-        if self._done is not None and self._answer is not None:
-            self._done.set_result(self._answer)
+        if not READING_BODY <= state <= READING_TRAILERS or done is None:
+            self._stray()
+            return
+        if self._parser.should_keep_alive():
+            self._enter(DONE)
+        else:
+            self.close()
+        done.set_result(self._answer)
 
     # ours
-    def _fail(self, failure: Failure) -> None:
-        if self._done is not None and not self._done.done():
-            self._done.set_exception(failure)
+    def _failure(self, kind: str, detail: str) -> Failure:
+        """A failure now, with what is known of how far the exchange got."""
+        state = self.state
+        seen = READING_HEAD <= state <= READING_TRAILERS
+        return Failure(
+            kind,
+            detail,
+            written=self.written,
+            status=self._parser.get_status_code() if seen else None,
+            received=self._received,
+            answer=self._answer if state >= READING_BODY and seen else None,
+        )
+
+    def _fail(self, kind: str, detail: str) -> None:
+        done = self._done
+        if done is not None and not done.done():
+            done.set_exception(self._failure(kind, detail))
         self.close()
 
     def close(self) -> None:
-        self._reusable = False
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.close()
+        if self.state != CLOSED:
+            self._enter(CLOSED)
+            if self.transport is not None:
+                self.transport.close()
 
-    @property
-    def reusable(self) -> bool:
-        return self._reusable and not self.closed
+    def park(self) -> None:
+        """Back to the pool after a complete answer."""
+        self._enter(IDLE)
 
-    @property
-    def status_seen(self) -> bool:
-        """Did any byte of an answer's status line or head arrive in this exchange?"""
-        return self._status_seen
-
-    async def exchange(self, request: bytes, deadline: float) -> Answer:
-        """Write ``request``, return the answer; ``Failure`` says whether it was handed
-        over; ``TimeoutError`` at ``deadline`` (the loop's clock), the connection closed.
+    async def exchange(self, request: bytes, deadline: float, timeout_s: float) -> Answer:
+        """Write ``request``, return the answer; ``Failure`` otherwise (at
+        ``deadline``, the loop's clock: ``Timeout``, the connection closed).
 
         The deadline is a timer of the exchange's own, not ``asyncio.timeout``: the
         same cut for a fraction of the cost (a context manager and a task's cancel
         machinery per send, ~5 us of the process's CPU, measured on uvloop)."""
         assert self.transport is not None
         loop = asyncio.get_running_loop()
-        self._answer, self._done = Answer(), loop.create_future()
-        self._head_bytes, self._head_size = 0, 0
-        self._headers_done, self._status_seen = False, False
-        self._complete = self._reusable = self._written = False
-        self._drained = None
+        done: asyncio.Future[Answer] = loop.create_future()
+        self._answer = Answer()
+        self._done, self._drained, self._timeout_s = done, None, timeout_s
+        self.written = False
+        self._received = self._section_bytes = self._head_size = 0
+        self._enter(WRITING)
         timer = loop.call_at(deadline, self._expire)
         try:
             self.transport.write(request)
             if self._drained is not None:
                 await self._drained  # the kernel took the rest of the request
-            self._written = True
-            return await self._done
-        except Failure as failure:
-            failure.handed_over = self._written and not self._status_seen
+            self.written = True
+            if self.state == WRITING:
+                self._enter(AWAITING_HEAD)
+            return await done
+        except Failure:
+            if done.done() and not done.cancelled():
+                done.exception()  # the write's failure is the one raised
             raise
-        except TimeoutError:
-            raise  # _expire: the cut is noted and the connection closed
         except BaseException:
-            # A cancel: the answer is abandoned with the connection.
-            self._cut()
+            self.close()  # a cancel: the answer is abandoned with the connection
+            done.cancel()
             raise
         finally:
             timer.cancel()
 
-    def _cut(self) -> None:
-        """Abandon the exchange: note how far it got, close the connection."""
-        self.cut_handed_over = self._written and not self._status_seen
-        self.cut_after_head = self._headers_done
-        self.close()
-
     def _expire(self) -> None:
-        """The exchange's deadline: whatever it awaits fails with ``TimeoutError``."""
+        """The exchange's deadline: whatever it awaits fails with a ``Timeout``."""
         done = self._done
         if done is None or done.done():
             return
-        self._cut()
+        failure = self._failure("Timeout", f"no answer in {self._timeout_s:.3g}s")
+        self.close()
         if self._drained is not None and not self._drained.done():
-            self._drained.set_exception(TimeoutError())
+            self._drained.set_exception(failure)
         if not done.done():  # (closing may have settled it: connection_lost)
-            done.set_exception(TimeoutError())
-            if not self._written:
-                done.exception()  # awaited by nobody: the write was cut first
-
-    @property
-    def answer(self) -> Answer | None:
-        return self._answer
+            done.set_exception(failure)
 
 
 class Client:
@@ -412,29 +537,28 @@ class Client:
         """One POST under one total deadline: the answer, or ``Failure``.
 
         An answer whose body broke off after the status line is still an answer
-        (``body_error`` says what happened); a deadline after the status line too.
+        (``body_error`` says what happened); a deadline once the head arrived too.
         """
         request = _request(target, headers, body)
         deadline = asyncio.get_running_loop().time() + timeout_s
         conn = self._checkout(target.key)
         reused = conn is not None
-        try:
-            if conn is None:
+        if conn is None:
+            try:
                 async with asyncio.timeout_at(deadline):
                     conn = await self._connect(target)
-            try:
-                answer = await conn.exchange(request, deadline)
-            except Failure as failure:
-                if reused and failure.kind == "Disconnected" and not conn.status_seen:
-                    self._learn(target.key, time.monotonic() - conn.idle_since)
-                raise
-        except TimeoutError:
-            if conn is not None and conn.cut_after_head and conn.answer is not None:
-                conn.answer.body_error = "body unreadable: TimeoutError"
-                return conn.answer
-            handed = conn is not None and conn.cut_handed_over
-            raise Failure("Timeout", f"no answer in {timeout_s:.3g}s", handed_over=handed) from None
-        if conn.reusable:
+            except TimeoutError:
+                raise Failure("Timeout", f"no answer in {timeout_s:.3g}s") from None
+        try:
+            answer = await conn.exchange(request, deadline, timeout_s)
+        except Failure as failure:
+            if failure.kind == "Timeout" and failure.answer is not None:
+                failure.answer.body_error = "body unreadable: TimeoutError"
+                return failure.answer  # the head arrived: its status decides
+            if reused and failure.kind == "Disconnected" and failure.status is None:
+                self._learn(target.key, time.monotonic() - conn.idle_since)
+            raise
+        if conn.state == DONE:
             self._checkin(target.key, conn, _reuse_limit(answer, self._idle_reuse_s))
         else:
             conn.close()
@@ -446,7 +570,7 @@ class Client:
         while conns:
             conn = conns.pop()
             self._idle_count -= 1
-            if conn.closed:
+            if conn.state == CLOSED:
                 continue
             if conn.reuse_until < now:
                 conn.close()  # the receiver may be closing it right now (IDLE_REUSE_S)
@@ -480,6 +604,7 @@ class Client:
             conn.close()
             return
         now = time.monotonic()
+        conn.park()
         conn.idle_since = now
         conn.reuse_until = now + limit_s
         self._idle.setdefault(key, []).append(conn)

@@ -9,15 +9,14 @@ passes the SSRF guard on the address it actually connects to.
 Whatever the receiver sends back (a broken status line, NULs, invalid UTF-8,
 an endless body, a drip, silence, a reset) ends as a ``Sent`` with one of the
 error classes below; the outcome table is in docs/dispatcher.md. A failure with
-no status line after the whole request was written is marked ``handed_over``:
-for an endpoint that cannot deduplicate it ends 'uncertain' (docs/dispatcher.md,
-"Uncertain sends").
+no status line after the whole request was written, or with an answer that broke
+HTTP after its status line, is marked ``handed_over``: for an endpoint that
+cannot deduplicate it ends 'uncertain' (docs/dispatcher.md, "Uncertain sends").
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import ssl
 import time
 
@@ -32,8 +31,55 @@ from spark_outbox.dispatch.store import Claimed
 
 log = logging.getLogger(__name__)
 
-# Response headers that may carry credentials or signatures: kept out of the log.
-_REDACT = re.compile(r"auth|cookie|signature|token|secret|api-?key", re.IGNORECASE)
+# Response headers whose values an excerpt keeps: an allow-list, since a deny-list
+# cannot know every receiver's own name for a credential (X-Session, X-Access...).
+# Kept: what says how the answer was framed and who sent it (content-*, date,
+# server, via), when to come back (retry-after, rate-limit counters), where a
+# redirect pointed (location: the 3xx reason quotes it anyway), why a 401 came
+# (www-authenticate: a challenge, never a credential) and the ids a receiver's
+# support asks for (x-request-id and its kin). Every other header is listed by
+# name with its value redacted: that it was there can matter, its value may not leak.
+_SHOWN = frozenset(
+    (
+        "age",
+        "allow",
+        "cache-control",
+        "cf-ray",
+        "connection",
+        "content-encoding",
+        "content-language",
+        "content-length",
+        "content-type",
+        "date",
+        "etag",
+        "expires",
+        "keep-alive",
+        "last-modified",
+        "location",
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "request-id",
+        "retry-after",
+        "server",
+        "trace-id",
+        "traceparent",
+        "transfer-encoding",
+        "vary",
+        "via",
+        "www-authenticate",
+        "x-amz-cf-id",
+        "x-amz-request-id",
+        "x-amzn-requestid",
+        "x-correlation-id",
+        "x-github-request-id",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-request-id",
+        "x-trace-id",
+    )
+)
 _RETRYABLE = {408, 429}
 # Failures that a retry cannot fix: the endpoint's configuration must change.
 _DEAD = {
@@ -44,14 +90,14 @@ _DEAD = {
 
 
 def redacted_excerpt(answer: Answer, note: str = "") -> str:
-    """Status line, headers (sensitive ones redacted) and the start of the body;
-    raw (``delivery`` cleans it). Stops adding headers once the excerpt is full."""
+    """Status line, headers (values outside ``_SHOWN`` redacted) and the start of
+    the body; raw (``delivery`` cleans it). Stops adding headers once the excerpt is full."""
     lines = [f"HTTP {answer.status} {answer.reason}".rstrip()]
     size = len(lines[0])
     for name, value in answer.headers:
         if size > outside.EXCERPT_BYTES:
             break
-        line = f"{name}: {'[redacted]' if _REDACT.search(name) else value}"
+        line = f"{name}: {value if name.lower() in _SHOWN else '[redacted]'}"
         lines.append(line)
         size += len(line) + 1
     text = "\n".join(lines) + "\n\n" + bytes(answer.body).decode("utf-8", errors="replace")
@@ -77,8 +123,11 @@ def failed(failure: Failure) -> Sent:
         # Not retried: the address is refused by policy (a retry would resolve to
         # the same place), or the URL cannot work. Fix the endpoint, then requeue.
         return Sent("dead", error_class=failure.kind, error=failure.detail + _DEAD[failure.kind])
+    # Handed over: no status line, or an answer that broke HTTP after it (its
+    # receiver got the whole request and answered something unreadable): for an
+    # endpoint that cannot deduplicate it ends 'uncertain', not resent.
     return Sent(
-        "retry", error_class=failure.kind, error=failure.detail, handed_over=failure.handed_over
+        "retry", error_class=failure.kind, error=failure.detail, handed_over=failure.outcome_unknown
     )
 
 
