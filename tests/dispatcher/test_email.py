@@ -155,7 +155,10 @@ class Counting(logging.Handler):
         self.records.append(record)
 
 
-FORGED = "info    spark_outbox.dispatch.recorder: delivered  event=effect.delivered idempotency_key=forged"
+FORGED = (
+    "info    spark_outbox.dispatch.recorder: delivered  event=effect.delivered"
+    " idempotency_key=forged"
+)
 
 
 def test_a_multi_line_smtp_reply_cannot_forge_a_line_in_text_logs(
