@@ -1,4 +1,5 @@
-"""``outbox spark``: generate sample usage events and run the billing job."""
+"""``outbox spark``: generate sample usage events, run the billing job, package this
+project for a cluster's executors."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 import signal
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from spark_outbox.cli.database import database_url
 from spark_outbox.core import db, endpoints
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
+from spark_outbox.spark import shipping
 from spark_outbox.spark.guard import Limits, VolumeGuard
 
 
@@ -68,8 +71,21 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--json", action="store_true", help="--dry-run: one JSON object per date (default: text)"
     )
+    run.add_argument(
+        "--no-ship",
+        action="store_true",
+        help="do not send this package to the executors: their Python has it installed "
+        "(default: sent, as `outbox spark package` builds it, to every master but local)",
+    )
     _guard_args(run)
     run.set_defaults(handler=run_job, extras=("spark",))
+    pack = cmds.add_parser(
+        "package",
+        help="write this package as a zip for the executors (spark-submit --py-files) "
+        "and the requirements their Python must install",
+    )
+    pack.add_argument("--out", type=Path, required=True, help="directory to write into")
+    pack.set_defaults(handler=package)
 
 
 def _guard_args(run: argparse.ArgumentParser) -> None:
@@ -155,7 +171,10 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     spark = build_session(f"outbox-billing-{args.mode}", args.master)
+    shipped = tempfile.TemporaryDirectory(prefix="outbox-executors-")  # lives as long as spark
     try:
+        if not args.no_ship:
+            shipping.ship(spark, Path(shipped.name))
         if args.mode == "batch":
             for date in args.date:
                 outcome = billing_run.run_batch(
@@ -189,6 +208,22 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         spark.stop()
+        shipped.cleanup()
+
+
+def package(args: argparse.Namespace, settings: Settings) -> int:
+    made = shipping.build(args.out)
+    print(
+        f"wrote {made.zip_path}: this package, for the executors' Python path\n"
+        f"wrote {made.requirements_path}: {' '.join(made.requirements)}\n"
+        "on every worker, in the Python that PYSPARK_PYTHON names:\n"
+        f"  pip install -r {made.requirements_path}\n"
+        "spark-submit options:\n"
+        f"  --py-files {made.zip_path}\n"
+        "(`outbox spark run --master URL` ships the package itself; pass --no-ship "
+        "where the workers have it installed)"
+    )
+    return 0
 
 
 def _check_endpoints(url: str) -> None:

@@ -46,18 +46,21 @@ class StandaloneCluster:
         workers: int = 2,
         cores: int = 1,
         memory: str = "1g",
-        env: dict[str, str] | None = None,
+        env: dict[str, str | None] | None = None,
     ) -> None:
+        """``env`` adds to (or, with a value of None, removes from) this process's
+        environment for the master, the workers and so their executors."""
         self.work_dir = work_dir
         self.workers = workers
         self.cores = cores
         self.memory = memory
-        self.env = {
+        merged = {
             **os.environ,
             "SPARK_LOCAL_IP": HOST,
             "SPARK_DAEMON_MEMORY": "256m",
             **(env or {}),
         }
+        self.env = {k: v for k, v in merged.items() if v is not None}
         self.port = free_port()
         self.ui_port = free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -120,6 +123,11 @@ class StandaloneCluster:
                 return int(json.load(answer).get("aliveworkers", 0))
         except OSError:
             return 0
+
+    def executor_logs(self) -> str:
+        """Every executor's stderr (``work/<app>/<executor>/stderr``), one after another."""
+        logs = sorted((self.work_dir / "work").glob("*/*/stderr"))
+        return "".join(log.read_text(errors="replace") for log in logs)
 
     def executor_pids(self) -> list[int]:
         """PIDs of the executor JVMs our workers launched: found by their command line,

@@ -9,7 +9,7 @@ statements ran, COMMIT not sent), ``after_commit``.
 are none, and it returns at once. Tests register hooks two ways:
 
 - ``OUTBOX_SPARK_PHASES``, read once per process (drivers, and executors, which
-  inherit it in local mode): ``print`` prints ``outbox-phase: <name> (pid <n>)``
+  inherit it in local mode): ``print`` prints ``outbox-phase: <name> (pid <n>, code <file>)``
   on stderr at every phase (a kill test waits for a line, then SIGKILLs);
   ``<phase>:<seconds>`` prints, and pauses that long at that phase so the kill
   lands exactly there (``<phase>`` alone: 60 s).
@@ -61,7 +61,8 @@ def _hooks() -> dict[str, list[Hook]]:
 
 
 def _announce(name: str) -> None:
-    print(f"outbox-phase: {name} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    # The code's file too: a shipped zip or an installed copy (the cluster test reads it).
+    print(f"outbox-phase: {name} (pid {os.getpid()}, code {__file__})", file=sys.stderr, flush=True)
 
 
 def _known(name: str, where: str) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,3 +32,26 @@ def second_db(server_url: str, template_name: str) -> Iterator[tuple[str, Any]]:
     yield url, engine
     engine.dispose()
     scratch.drop_database(server_url, scratch.database_name(url))
+
+
+@pytest.fixture(scope="session")
+def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python for cluster executors made as docs/spark.md says: a fresh venv with the
+    executors' requirements (``outbox spark package``) and not this package, which
+    the executors must then receive from the driver. Built once per test session."""
+    from spark_outbox.spark import shipping
+
+    venv = tmp_path_factory.mktemp("executor-python")
+    requirements = shipping.build(tmp_path_factory.mktemp("package")).requirements_path
+    python = venv / "bin" / "python"
+    for command in (
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(python), "-m", "pip", "install", "--quiet", "-r", str(requirements)],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+    lacks = subprocess.run(
+        [str(python), "-c", "import spark_outbox"], cwd=venv, capture_output=True, text=True
+    )
+    assert "No module named 'spark_outbox'" in lacks.stderr, lacks
+    return python

@@ -2,12 +2,17 @@
 loopback, started from the installed PySpark), with one executor JVM killed
 in the middle of a batch's effects write: Spark re-runs the lost tasks and the
 database ends identical to one clean run (results, effect keys and payload
-hashes, markers, rejects)."""
+hashes, markers, rejects).
+
+The executors' Python is a venv without this package (``executor_python``), as
+on a cluster whose workers never installed it: they run the zip the driver
+ships (``outbox spark run`` does, spark_outbox.spark.shipping), and say so."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -19,6 +24,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
 from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
+from spark_outbox.spark import shipping
 from tests.conftest import insert_billing_endpoints
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command
@@ -48,7 +54,12 @@ def _digest(engine: Engine) -> tuple[Any, ...]:
 
 @pytest.mark.timeout(900)
 def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_run(
-    spark: Any, db_url: str, engine: Engine, second_db: tuple[str, Engine], tmp_path: Path
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    tmp_path: Path,
+    executor_python: Path,
 ) -> None:
     events = tmp_path / "events"
     generate(events, customers=12, events=300, seed=21, bad_rows=3, days=len(DATES))
@@ -59,11 +70,16 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
         billing_run.run_batch(spark, events, date, clean_url)
 
     # Every executor's task pauses 3 s after its first chunk of effects is in the
-    # outbox (invisible), so the kill lands mid-write by construction.
-    pause = {"OUTBOX_SPARK_PHASES": "effects_written:3"}
+    # outbox (invisible), so the kill lands mid-write by construction. No PYTHONPATH
+    # reaches the executors: this repository is not on their path.
+    pause: dict[str, str | None] = {
+        "OUTBOX_SPARK_PHASES": "effects_written:3",
+        "PYTHONPATH": None,
+    }
     with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
         args = ["--mode", "batch", "--input", str(events), "--master", cluster.master_url]
-        driver = Driver(billing_command(*args, *(a for d in DATES for a in ("--date", d))), db_url)
+        command = billing_command(*args, *(a for d in DATES for a in ("--date", d)))
+        driver = Driver(command, db_url, env={"PYSPARK_PYTHON": str(executor_python)})
         assert driver.wait_for("writing", timeout_s=300)
         invisible = _wait_for_invisible_rows(engine, driver)
         victims = cluster.executor_pids()
@@ -71,11 +87,18 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
         os.kill(victims[0], signal.SIGKILL)
         out = driver.finish(timeout_s=600)
         replacement = cluster.executor_pids()
+        code = _PAUSED_IN.findall(cluster.executor_logs())
+    # Each executor ran the sink's code from the zip the driver shipped.
+    shipped = f"{shipping.zip_name()}/spark_outbox/spark/phases.py"
+    assert len(code) >= 2 and all(c.endswith(shipped) for c in code), code
     outcomes = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [o["status"] for o in outcomes] == ["committed"] * len(DATES)
     assert invisible > 0 and victims[0] not in replacement
     assert _digest(engine) == _digest(clean)
     assert table(engine, LEFTOVERS)[0][0] == 0
+
+
+_PAUSED_IN = re.compile(r"outbox-phase: effects_written \(pid \d+, code (\S+)\)")
 
 
 def _wait_for_invisible_rows(engine: Engine, driver: Driver, timeout_s: float = 300) -> int:
