@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,14 +45,19 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("executor-python")
     requirements = shipping.build(tmp_path_factory.mktemp("package")).requirements_path
     python = venv / "bin" / "python"
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no repository
     for command in (
         [sys.executable, "-m", "venv", str(venv)],
         [str(python), "-m", "pip", "install", "--quiet", "-r", str(requirements)],
     ):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(command, env=alone, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
     lacks = subprocess.run(
-        [str(python), "-c", "import spark_outbox"], cwd=venv, capture_output=True, text=True
+        [str(python), "-c", "import spark_outbox"],
+        cwd=venv,
+        env=alone,
+        capture_output=True,
+        text=True,
     )
     assert "No module named 'spark_outbox'" in lacks.stderr, lacks
     return python
