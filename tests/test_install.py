@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,6 +134,20 @@ def test_a_core_install_runs_what_needs_no_extra_and_names_the_extra_for_the_res
         assert f"pip install 'spark-outbox[{extra}]'" in line, line
     # Nothing of a core install needs aiohttp (the development tools' server).
     assert not any(name.startswith("aiohttp") for name in core.added())
+
+
+def test_a_core_install_packages_itself_for_a_clusters_executors(core: Env, tmp_path: Path) -> None:
+    """``outbox spark package`` from an installed wheel (real folders, not the
+    repository's links): the zip holds the executor modules and their SQL, and the
+    requirements carry the installed distribution's version bounds."""
+    packed = core.outbox("spark", "package", "--out", str(tmp_path))
+    assert packed.returncode == 0, packed.stderr
+    (made,) = tmp_path.glob("spark_outbox-*.zip")
+    names = set(zipfile.ZipFile(made).namelist())
+    assert {"spark_outbox/spark/executor.py", "spark_outbox/spark/executor.sql"} <= names
+    assert "spark_outbox/core/sqltext.py" in names
+    requirements = (tmp_path / "executor-requirements.txt").read_text().splitlines()
+    assert requirements[0].startswith("psycopg2-binary") and "<3" in requirements[0]
 
 
 def test_the_api_extra_serves_the_api(tmp_path: Path, wheel: Path, empty_db_url: str) -> None:

@@ -37,7 +37,7 @@ def second_db(server_url: str, template_name: str) -> Iterator[tuple[str, Any]]:
 
 @pytest.fixture(scope="session")
 def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A Python for cluster executors made as docs/spark.md says: a fresh venv with the
+    """A Python for cluster executors like docs/spark.md's: a fresh venv with the
     executors' requirements (``outbox spark package``) and not this package, which
     the executors must then receive from the driver. Built once per test session."""
     from spark_outbox.spark import shipping
@@ -46,9 +46,10 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     requirements = shipping.build(tmp_path_factory.mktemp("package")).requirements_path
     python = venv / "bin" / "python"
     alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no repository
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
     for command in (
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(python), "-m", "pip", "install", "--quiet", "-r", str(requirements)],
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        [*pip, "--disable-pip-version-check", "-r", str(requirements)],
     ):
         done = subprocess.run(command, env=alone, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"

@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from spark_outbox.spark import shipping
 
@@ -53,3 +56,11 @@ def test_package_command_writes_the_zip_and_the_executors_requirements(tmp_path:
     names = [r.split("<")[0].split(">")[0] for r in requirements]
     assert names == ["psycopg2-binary", "orjson", "pyarrow", "pandas"]
     assert all(r != name for r, name in zip(requirements, names, strict=True))  # bounded
+
+
+@pytest.mark.spark
+def test_a_local_master_ships_nothing_its_workers_run_the_drivers_python(
+    spark: Any, tmp_path: Path
+) -> None:
+    assert shipping.ship(spark, tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
