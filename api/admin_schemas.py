@@ -7,12 +7,38 @@ operator who created or rotated it, with ``Cache-Control: no-store``.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from spark_outbox.api.schemas import ActionCreate, Public
+from spark_outbox.core import bounds
+from spark_outbox.core.errors import InvalidRequest
 
 NO_NUL = r"^[^\x00]*$"
+
+
+def _within(bound: bounds.Bound) -> Any:
+    """A numeric setting checked at the edge by the domain's own bound (one place of
+    truth, ``spark_outbox.core.bounds``): refused with its message (before pydantic's own
+    parsing, whose words for 1e308 as an integer name no fix), the bound in the schema."""
+
+    def check(value: Any) -> float:
+        try:
+            return bound.check(value)
+        except InvalidRequest as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from None
+
+    low = "exclusiveMinimum" if bound.above_low else "minimum"
+    limits = {low: bound.low, "maximum": bound.high}
+    return BeforeValidator(check), Field(json_schema_extra=limits)  # type: ignore[arg-type]
+
+
+TimeoutS = Annotated[float, *_within(bounds.TIMEOUT_S)]
+RatePerS = Annotated[float, *_within(bounds.RATE_LIMIT_PER_S)]
+InFlight = Annotated[int, *_within(bounds.MAX_IN_FLIGHT)]
+RetryDelayS = Annotated[float, *_within(bounds.RETRY_DELAY_S)]
+RetrySchedule = Annotated[list[RetryDelayS], Field(min_length=1, max_length=bounds.MAX_RETRIES)]
 
 
 class EndpointPublic(Public):
@@ -46,10 +72,10 @@ class EndpointPublic(Public):
 class WebhookCreate(ActionCreate):
     name: str = Field(min_length=1, max_length=200, pattern=NO_NUL)
     url: str = Field(min_length=1, max_length=2000, pattern=NO_NUL)
-    timeout_s: float = Field(10.0, gt=0, le=600)
-    retry_schedule_s: list[float] | None = Field(None, max_length=50)
-    rate_limit_per_s: float | None = Field(None, gt=0)
-    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    timeout_s: TimeoutS = 10.0
+    retry_schedule_s: RetrySchedule | None = None
+    rate_limit_per_s: RatePerS | None = None
+    max_in_flight: InFlight | None = None
     ordered: bool = False
     deduplicates: bool = Field(
         True, description="false if the receiver does not honour the webhook-id header"
@@ -66,10 +92,10 @@ class EndpointUpdate(ActionCreate):
     and max_in_flight."""
 
     url: str | None = Field(None, min_length=1, max_length=2000, pattern=NO_NUL)
-    timeout_s: float | None = Field(None, gt=0, le=600)
-    retry_schedule_s: list[float] | None = Field(None, max_length=50)
-    rate_limit_per_s: float | None = Field(None, gt=0)
-    max_in_flight: int | None = Field(None, ge=1, le=100_000)
+    timeout_s: TimeoutS | None = None
+    retry_schedule_s: RetrySchedule | None = None
+    rate_limit_per_s: RatePerS | None = None
+    max_in_flight: InFlight | None = None
     ordered: bool | None = None
     deduplicates: bool | None = None
 

@@ -10,8 +10,12 @@ see one 422 format.
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from spark_outbox.api.routes.ui import error_page
@@ -63,8 +67,25 @@ def _json(exc: OutboxError, request: Request) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
+def _json_safe(value: Any) -> Any:
+    """A 422 echoes the input: a NaN or an infinity (Python's JSON parser reads them)
+    is not JSON, and the default handler failed on it (a 500); it is echoed as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers; the support page renders its own error pages."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        detail = _json_safe(jsonable_encoder(exc.errors()))
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(OutboxError)
     async def outbox_error(request: Request, exc: OutboxError) -> Response:

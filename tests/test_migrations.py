@@ -152,3 +152,65 @@ def test_db_sql_output_builds_the_same_schema_as_the_migrations(
         assert {kind for kind, _ in from_sql} >= {"view", "trigger", "index", "version"}
     finally:
         scratch.drop_database(server_url, scratch.database_name(psql))
+
+
+def _endpoint_checks(url: str) -> dict[str, str]:
+    engine = db.create_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.text(
+                    "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+                    " WHERE conrelid IN ('endpoints'::regclass, 'endpoint_budgets'::regclass)"
+                    " AND contype = 'c'"
+                )
+            ).all()
+        return {str(name): str(text) for name, text in found}
+    finally:
+        engine.dispose()
+
+
+def test_the_endpoint_bounds_of_the_tables_and_of_the_migrations_agree(
+    server_url: str, empty_db_url: str
+) -> None:
+    """alembic check does not compare CHECK constraints: the ones schema.py builds from
+    dispatcher/bounds.py and the ones migration 1525 writes out are compared here."""
+    db.upgrade(empty_db_url)
+    from_tables = scratch.create_empty_database(server_url)
+    try:
+        engine = db.create_engine(from_tables, pool_size=1)
+        try:
+            tables = [metadata.tables["endpoints"], metadata.tables["endpoint_budgets"]]
+            metadata.create_all(engine, tables=tables)
+        finally:
+            engine.dispose()
+        migrated, declared = _endpoint_checks(empty_db_url), _endpoint_checks(from_tables)
+        assert {n for n in migrated if n.endswith("_bounds")} == {
+            "ck_endpoints_timeout_s_bounds",
+            "ck_endpoints_rate_limit_per_s_bounds",
+            "ck_endpoints_max_in_flight_bounds",
+            "ck_endpoints_smtp_port_bounds",
+            "ck_endpoints_retry_schedule_s_bounds",
+        }
+        assert migrated == declared
+    finally:
+        scratch.drop_database(server_url, scratch.database_name(from_tables))
+
+
+def test_an_upgrade_with_an_endpoint_out_of_bounds_stops_naming_it_and_the_fix(
+    empty_db_url: str,
+) -> None:
+    db.upgrade(empty_db_url, "2001")
+    engine = db.create_engine(empty_db_url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO endpoints (name, kind, url, signing_secret, rate_limit_per_s)"
+                    " VALUES ('loud', 'webhook', 'http://x/h', 'whsec_x', 1e308)"
+                )
+            )
+    finally:
+        engine.dispose()
+    with pytest.raises(sa.exc.DBAPIError, match=r"loud \(rate_limit_per_s: --rate-limit-per-s\)"):
+        db.upgrade(empty_db_url)

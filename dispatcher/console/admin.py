@@ -87,21 +87,9 @@ def _checked(ep: endpoints.Endpoint, field: str, value: Any) -> Any:
         if ep.kind != "webhook":
             raise InvalidRequest("url", f"{ep.name} is an {ep.kind} endpoint", "leave url out")
         return endpoints.check_webhook_url(value)
-    if field == "timeout_s" and (value is None or value <= 0):
-        raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
-    if field == "rate_limit_per_s":
-        endpoints.check_limits(value, None)
-    if field == "max_in_flight":
-        endpoints.check_limits(None, value)
     if field in ("ordered", "deduplicates") and not isinstance(value, bool):
         raise InvalidRequest(field, f"{value!r} is not true or false", "give true or false")
-    if field == "retry_schedule_s" and value is not None:
-        if not value or any(s < 0 for s in value):
-            raise InvalidRequest(
-                "retry_schedule_s", "must be delays of 0 s or more", "e.g. [0, 5, 300], or null"
-            )
-        return [float(s) for s in value]
-    return value
+    return endpoints.checked_numbers({field: value}).get(field, value)
 
 
 def update_endpoint(

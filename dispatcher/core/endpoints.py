@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection, RowMapping
 
-from spark_outbox.core import wakeup
+from spark_outbox.core import bounds, wakeup
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -211,19 +211,24 @@ def add_email(
     )
 
 
-def check_limits(rate_limit_per_s: float | None, max_in_flight: int | None) -> None:
-    if rate_limit_per_s is not None and rate_limit_per_s <= 0:
-        raise InvalidRequest("rate_limit_per_s", "must be positive", "give e.g. 50, or null")
-    if max_in_flight is not None and max_in_flight < 1:
-        raise InvalidRequest("max_in_flight", "must be 1 or more", "give e.g. 10, or null")
+def checked_numbers(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The numeric settings among ``values``, each within its bound (``bounds``)."""
+    checked: dict[str, Any] = {}
+    for field, value in values.items():
+        if field == "retry_schedule_s":
+            checked[field] = bounds.check_retry_schedule(value)
+        elif field in bounds.BOUNDS:
+            bound = bounds.BOUNDS[field]
+            checked[field] = (
+                bounds.check_optional(bound, value) if bound.unset else bound.check(value)
+            )
+    return checked
 
 
 def _insert(conn: Connection, **values: Any) -> Endpoint:
     if not values["name"] or not values["name"].strip():
         raise InvalidRequest("name", "is empty", "name the endpoint, e.g. billing-webhook")
-    if values["timeout_s"] <= 0:
-        raise InvalidRequest("timeout_s", "must be positive", "give seconds, e.g. 10")
-    check_limits(values["rate_limit_per_s"], values["max_in_flight"])
+    values |= checked_numbers(values)
     row = {
         "url": None,
         "signing_secret": None,
@@ -235,8 +240,6 @@ def _insert(conn: Connection, **values: Any) -> Endpoint:
         "smtp_allow_plaintext_auth": False,
         "mail_from": None,
     } | values
-    if row["retry_schedule_s"] is not None:
-        row["retry_schedule_s"] = [float(s) for s in row["retry_schedule_s"]]
     if conn.execute(_Q["insert_endpoint"], row).first() is None:
         raise Conflict(f"an endpoint named {values['name']!r} already exists")
     return get(conn, values["name"])

@@ -23,6 +23,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg
 
+from spark_outbox.core import bounds
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -105,8 +107,13 @@ endpoints = sa.Table(
         "AND mail_from IS NOT NULL)",
         name="email_has_smtp",
     ),
-    sa.CheckConstraint("timeout_s > 0", name="timeout_positive"),
-    sa.CheckConstraint("max_in_flight IS NULL OR max_in_flight > 0", name="max_in_flight_positive"),
+    # Every numeric setting within its bound (dispatcher/bounds.py, migration 1525):
+    # a row written by SQL directly cannot break the claim all endpoints share.
+    *(
+        sa.CheckConstraint(bounds.sql_check(b), name=f"{b.field}_bounds")
+        for b in bounds.BOUNDS.values()
+    ),
+    sa.CheckConstraint(bounds.RETRY_SCHEDULE_CHECK, name="retry_schedule_s_bounds"),
 )
 
 # What every dispatcher shares about an endpoint, one row each (a trigger adds it
@@ -131,6 +138,10 @@ endpoint_budgets = sa.Table(
     _ts("failing_since"),
     # The circuit breaker: no dispatcher claims for the endpoint before this.
     _ts("resting_until"),
+    # What the claim computes from (migration 1525): a negative count overflowed
+    # max_in_flight - in_flight, an infinite refill time the refill's subtraction.
+    sa.CheckConstraint("in_flight >= 0", name="in_flight_non_negative"),
+    sa.CheckConstraint("isfinite(refilled_at)", name="refilled_at_finite"),
 )
 
 # The batch-commit marker. Its insert is the fence: the unique (job, batch_id)

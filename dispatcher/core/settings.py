@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spark_outbox.core import bounds
 from spark_outbox.core.durations import parse_duration_s
 from spark_outbox.core.errors import ConfigurationError, InvalidInput
 
@@ -89,6 +90,22 @@ def _env_duration(env: Mapping[str, str], name: str) -> float:
         raise ConfigurationError(f"{name}={raw!r} is not a duration; set it to e.g. 30d") from exc
 
 
+def _retry_schedule(env: Mapping[str, str], name: str) -> tuple[float, ...]:
+    """Delays within the bounds an endpoint's own schedule has (``bounds``): the
+    record turns each into an interval, which 1e308 s would overflow."""
+    items = _env_list(env, name)
+    if not items:
+        return ()  # unset: the default
+    try:
+        return tuple(bounds.check_retry_schedule([float(x) for x in items]) or ())
+    except (ValueError, InvalidInput) as exc:
+        problem = exc.problem if isinstance(exc, InvalidInput) else "is not a list of numbers"
+        raise ConfigurationError(
+            f"{name}={','.join(items)!r}: {problem}; give 1 to {bounds.MAX_RETRIES} delays of "
+            f"{bounds.RETRY_DELAY_S.range}, e.g. 0,5,300"
+        ) from exc
+
+
 def _networks(
     env: Mapping[str, str], name: str
 ) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -101,6 +118,54 @@ def _networks(
                 f"{name}: {item!r} is not a network; write CIDR like 127.0.0.0/8 or 10.1.2.0/24"
             ) from exc
     return tuple(networks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Breaker:
+    """The circuit breaker's policy (store.sql, ``record``): from the ``failures``-th
+    failed attempt in a row an endpoint rests ``base_s``, doubling with every further
+    failure, at most ``max_s``; no dispatcher claims for it meanwhile."""
+
+    failures: int = 5
+    base_s: float = 1.0
+    max_s: float = 60.0
+
+    def params(self) -> dict[str, float]:
+        """As the record statement's bind parameters."""
+        return {
+            "breaker_failures": self.failures,
+            "breaker_base_s": self.base_s,
+            "breaker_max_s": self.max_s,
+        }
+
+
+DEFAULT_BREAKER = Breaker()
+
+# The breaker's settings are refused outside these (a rest of more than a day is an
+# outage, not a pause; below a millisecond it is no rest at all).
+BREAKER_MAX_FAILURES = 1000
+BREAKER_MIN_S = 0.001
+BREAKER_MAX_S = 86400.0
+
+
+def _check_breaker(s: Settings) -> None:
+    """Refused at start, not when the first endpoint fails."""
+    if not 1 <= s.breaker_failures <= BREAKER_MAX_FAILURES:
+        raise ConfigurationError(
+            f"OUTBOX_BREAKER_FAILURES={s.breaker_failures} is out of range; "
+            f"use 1 to {BREAKER_MAX_FAILURES}, e.g. 5"
+        )
+    for name, value in (("BASE_S", s.breaker_base_s), ("MAX_S", s.breaker_max_s)):
+        if not BREAKER_MIN_S <= value <= BREAKER_MAX_S:  # NaN too
+            raise ConfigurationError(
+                f"OUTBOX_BREAKER_{name}={value:g} is out of range; use "
+                f"{BREAKER_MIN_S:g} to {BREAKER_MAX_S:g} seconds"
+            )
+    if s.breaker_base_s > s.breaker_max_s:
+        raise ConfigurationError(
+            f"OUTBOX_BREAKER_BASE_S={s.breaker_base_s:g} is above OUTBOX_BREAKER_MAX_S="
+            f"{s.breaker_max_s:g}; lower the first rest or raise the longest"
+        )
 
 
 def _check_retention(s: Settings) -> None:
@@ -152,6 +217,11 @@ class Settings:
     retention_batch_size: int = 1000
     # An endpoint failing continuously this long is disabled automatically (0: never).
     auto_disable_after_s: float = DEFAULT_AUTO_DISABLE_AFTER_S
+    # The circuit breaker (Breaker): from this many failures in a row an endpoint
+    # rests breaker_base_s, doubling with every further failure, at most breaker_max_s.
+    breaker_failures: int = Breaker.failures
+    breaker_base_s: float = Breaker.base_s
+    breaker_max_s: float = Breaker.max_s
     # Destinations in these networks pass the SSRF guard (empty: public only).
     ssrf_allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # Where a dispatcher serves /metrics (with --metrics-port); 0.0.0.0 in a container.
@@ -197,7 +267,7 @@ class Settings:
                 env, "OUTBOX_PROGRESS_INTERVAL_S", defaults.progress_interval_s
             ),
             processes=_env_int(env, "OUTBOX_PROCESSES", defaults.processes),
-            retry_schedule_s=tuple(float(x) for x in _env_list(env, "OUTBOX_RETRY_SCHEDULE_S"))
+            retry_schedule_s=_retry_schedule(env, "OUTBOX_RETRY_SCHEDULE_S")
             or defaults.retry_schedule_s,
             retry_after_cap_s=_env_float(
                 env, "OUTBOX_RETRY_AFTER_CAP_S", defaults.retry_after_cap_s
@@ -205,6 +275,9 @@ class Settings:
             auto_disable_after_s=_env_float(
                 env, "OUTBOX_AUTO_DISABLE_AFTER_S", defaults.auto_disable_after_s
             ),
+            breaker_failures=_env_int(env, "OUTBOX_BREAKER_FAILURES", defaults.breaker_failures),
+            breaker_base_s=_env_float(env, "OUTBOX_BREAKER_BASE_S", defaults.breaker_base_s),
+            breaker_max_s=_env_float(env, "OUTBOX_BREAKER_MAX_S", defaults.breaker_max_s),
             ssrf_allow_networks=_networks(env, "OUTBOX_SSRF_ALLOW_NETWORKS"),
             metrics_host=env.get("OUTBOX_METRICS_HOST", defaults.metrics_host),
             retention_older_than_s=_env_duration(env, "OUTBOX_RETENTION_OLDER_THAN"),
@@ -224,4 +297,9 @@ class Settings:
         )
         settings = dataclasses.replace(settings, **overrides) if overrides else settings
         _check_retention(settings)
+        _check_breaker(settings)
         return settings
+
+    @property
+    def breaker(self) -> Breaker:
+        return Breaker(self.breaker_failures, self.breaker_base_s, self.breaker_max_s)

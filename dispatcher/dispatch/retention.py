@@ -14,7 +14,6 @@ reconciliation still say what happened to the key, and its key is written to
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import logging
@@ -104,23 +103,22 @@ def record_purge(engine: Engine, done: Purged, older_than_s: float, actor: str) 
         )
 
 
-async def scheduled(db: DbCalls, settings: Settings, actor: str) -> None:
-    """The dispatcher's ``retention`` side task: a purge every interval, forever.
+async def purge_once(db: DbCalls, settings: Settings, actor: str) -> None:
+    """One round of the dispatcher's ``retention`` side task (``periodic.every`` runs
+    it every interval): batch after batch until none is left, then its record.
 
     One batch per store call, so a stopping worker cancels it between batches.
     """
     older_than_s = settings.retention_older_than_s
+    cutoff, done = cutoff_for(older_than_s), Purged()
     while True:
-        cutoff, done = cutoff_for(older_than_s), Purged()
-        while True:
-            started = time.perf_counter()
-            got = await db.call(purge_batch, cutoff, settings.retention_batch_size)
-            if not got or got[0] == 0:
-                break
-            done = done.plus(got[0], got[1], time.perf_counter() - started)
-        await db.call(record_purge, done, older_than_s, actor)
-        log.info(
-            "retention purge",
-            extra={"event": "retention.purged", **dataclasses.asdict(done)},
-        )
-        await asyncio.sleep(settings.retention_interval_s)
+        started = time.perf_counter()
+        got = await db.call(purge_batch, cutoff, settings.retention_batch_size)
+        if not got or got[0] == 0:
+            break
+        done = done.plus(got[0], got[1], time.perf_counter() - started)
+    await db.call(record_purge, done, older_than_s, actor)
+    log.info(
+        "retention purge",
+        extra={"event": "retention.purged", **dataclasses.asdict(done)},
+    )

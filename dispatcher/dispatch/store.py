@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from spark_outbox.core import queue
-from spark_outbox.core.settings import Settings
+from spark_outbox.core.settings import DEFAULT_BREAKER, Breaker, Settings
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch import prepared as _prepared
 
@@ -125,14 +125,21 @@ class Statements:
     worker: it remembers how much its last claim found (a worker claims one batch
     at a time)."""
 
-    def __init__(self, *, prepared: bool = False, batch_size: int = 500) -> None:
+    def __init__(
+        self, *, prepared: bool = False, batch_size: int = 500, breaker: Breaker = DEFAULT_BREAKER
+    ) -> None:
         self.prepared = prepared
+        self.breaker = breaker  # the circuit breaker's policy, applied by the record
         self._batch_size = batch_size
         self._last_claimed = 0  # effects the last claim returned (none before the first)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Statements:
-        return cls(prepared=settings.prepared_statements, batch_size=settings.claim_batch_size)
+        return cls(
+            prepared=settings.prepared_statements,
+            batch_size=settings.claim_batch_size,
+            breaker=settings.breaker,
+        )
 
     def claim(self, engine: Engine, worker_id: str, room: int, lease_s: float) -> Claim:
         """Lease up to ``room`` (at most a batch) due effects; prepared after a short
@@ -146,8 +153,8 @@ class Statements:
     def record(
         self, engine: Engine, worker_id: str, results: Sequence[Result]
     ) -> dict[tuple[int, str], bool]:
-        """``record``, prepared when preparation is on."""
-        return record(engine, worker_id, results, prepared=self.prepared)
+        """``record``, prepared when preparation is on, resting endpoints by ``breaker``."""
+        return record(engine, worker_id, results, prepared=self.prepared, breaker=self.breaker)
 
 
 def claim(
@@ -196,10 +203,16 @@ def _claim_statement(limit: int) -> _prepared.Statement:
 
 
 def record(
-    engine: Engine, worker_id: str, results: Sequence[Result], *, prepared: bool = False
+    engine: Engine,
+    worker_id: str,
+    results: Sequence[Result],
+    *,
+    prepared: bool = False,
+    breaker: Breaker = DEFAULT_BREAKER,
 ) -> dict[tuple[int, str], bool]:
     """Record outcomes in one statement; returns (effect id, lease token) -> recorded
-    (False: the lease was lost, the attempt is logged as 'stale').
+    (False: the lease was lost, the attempt is logged as 'stale'). A failing streak
+    rests its endpoint by the ``breaker`` policy (``Settings.breaker``).
 
     ``prepared``: the statement is prepared once per connection (its plan remade
     every second, ``spark_outbox.dispatch.prepared``): planned per call it cost ~0.7 ms of
@@ -211,7 +224,7 @@ def record(
     for r in results:
         if r.outcome not in OUTCOMES:
             raise ValueError(f"outcome {r.outcome!r} is not one of {OUTCOMES}")
-    params = {"worker_id": worker_id, "rows": _rows_json(results)}
+    params = {"worker_id": worker_id, "rows": _rows_json(results)} | breaker.params()
     # Its own transaction, durable at COMMIT whatever the session says (ENGINE_OPTIONS).
     for last_try in (False, True):
         try:
@@ -253,8 +266,18 @@ def _rows_json(results: Sequence[Result]) -> str:
     )  # fmt: skip
 
 
-# The record, prepared (both parameters text; the statement casts what it reads).
-_RECORD = _prepared.Statement("outbox_record", _Q["record"], {"worker_id": "text", "rows": "text"})
+# The record, prepared (the statement casts what it reads).
+_RECORD = _prepared.Statement(
+    "outbox_record",
+    _Q["record"],
+    {
+        "worker_id": "text",
+        "rows": "text",
+        "breaker_failures": "int",
+        "breaker_base_s": "float8",
+        "breaker_max_s": "float8",
+    },
+)
 
 
 def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:

@@ -160,8 +160,10 @@ WITH r AS (
     WHERE p.name = g.endpoint AND p.enabled
 ), streak AS (
     -- What all dispatchers share (endpoint_budgets): a delivery ends the failing
-    -- streak and the rest; a failure extends the streak, and from the 5th in a row
-    -- the endpoint rests (1 s, doubling, at most 60 s): no dispatcher claims for it.
+    -- streak and the rest; a failure extends the streak, and from the Nth in a row
+    -- the endpoint rests (base, doubling, at most the longest rest; settings.Breaker,
+    -- by default the 5th, 1 s, 60 s): no dispatcher claims for it.
+    -- (The doubling stops at 2^60: past any longest rest, never an overflow.)
     -- A healthy endpoint writes nothing here (the hot path), so a durable record
     -- never holds a budget row that claims need (they would skip the endpoint).
     UPDATE endpoint_budgets b SET
@@ -170,8 +172,11 @@ WITH r AS (
                              ELSE COALESCE(b.failing_since, s.first_failed_at) END,
         resting_until = CASE
             WHEN s.delivered > 0 THEN NULL
-            WHEN b.failures + s.failed >= 5
-                THEN now() + make_interval(secs => LEAST(60, 2 ^ LEAST(b.failures + s.failed - 5, 6)))
+            WHEN b.failures + s.failed >= CAST(:breaker_failures AS int)
+                THEN now() + make_interval(secs => LEAST(
+                    CAST(:breaker_max_s AS float8),
+                    CAST(:breaker_base_s AS float8)
+                    * 2 ^ LEAST(b.failures + s.failed - CAST(:breaker_failures AS int), 60)))
             ELSE b.resting_until END
     FROM (SELECT u.endpoint,
                  count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,

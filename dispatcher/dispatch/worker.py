@@ -13,17 +13,19 @@ Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer" and queues what it claims for ``concurrency`` senders (long-lived
 tasks, each sending one effect at a time); ``stop()`` only sets an event;
 side tasks (listener, recorder, heartbeat, settle_uncertain, park, progress;
-retention and auto_disable when configured) are named, and a crash of any of
-them or of a sender stops the worker with a non-zero exit; signals are
-installed by the CLI, not here. Nothing a receiver or an effect's data does can
-crash a side task or a sender: every attempt ends as a recorded outcome
-(``delivery``, ``recorder``).
+retention and auto_disable when configured) are named, the periodic ones all
+one loop (``periodic.every``), and a crash of any of them or of a sender stops
+the worker with a non-zero exit; signals are installed by the CLI, not here.
+Nothing a receiver or an effect's data does can crash a side task or a sender:
+every attempt ends as a recorded outcome (``delivery``, ``recorder``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -37,7 +39,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.queue import QueueStats
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.wakeup import Listener
-from spark_outbox.dispatch import retention, store
+from spark_outbox.dispatch import periodic, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.metrics import Metrics
@@ -94,6 +96,8 @@ class Worker:
             statements=self._statements,
         )
         self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
+        # The progress line's last counts and when they were taken.
+        self._progress_from: tuple[collections.Counter[str], float] = (collections.Counter(), 0.0)
 
     @property
     def delivered(self) -> int:
@@ -120,20 +124,26 @@ class Worker:
             asyncio.create_task(self._sender(delivery), name=f"sender-{i}")
             for i in range(self.settings.concurrency)
         ]
-        side = {
-            "listener": asyncio.create_task(Listener(self._url, self.wake).run(), name="listener"),
-            "recorder": asyncio.create_task(self._recorder.run(), name="recorder"),
-            "heartbeat": asyncio.create_task(self._heartbeat(), name="heartbeat"),
-            "settle_uncertain": asyncio.create_task(self._settle(), name="settle_uncertain"),
-            "park": asyncio.create_task(self._park(), name="park"),
+        s, every = self.settings, functools.partial(periodic.every, stop=self._stopping)
+        steps = {
+            "listener": Listener(self._url, self.wake).run(),
+            "recorder": self._recorder.run(),
+            "heartbeat": every(s.heartbeat_interval_s, self._heartbeat),
+            # Expired leases of started sends become 'uncertain' (claimable_effects
+            # never offers them meanwhile; docs/dispatcher.md).
+            "settle_uncertain": every(s.heartbeat_interval_s, self._settle_once),
+            "park": every(s.poll_interval_s, self._park),
         }
-        if self.settings.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
-            purging = retention.scheduled(self._db, self.settings, f"dispatcher:{self.worker_id}")
-            side["retention"] = asyncio.create_task(purging, name="retention")
-        if self.settings.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
-            side["auto_disable"] = asyncio.create_task(self._auto_disable(), name="auto_disable")
-        if self.settings.progress_interval_s > 0:
-            side["progress"] = asyncio.create_task(self._progress(), name="progress")
+        if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
+            actor = f"dispatcher:{self.worker_id}"
+            purge = functools.partial(retention.purge_once, self._db, s, actor)
+            steps["retention"] = every(s.retention_interval_s, purge)
+        if s.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
+            steps["auto_disable"] = every(s.heartbeat_interval_s, self._auto_disable)
+        if s.progress_interval_s > 0:
+            self._progress_from = self._recorder.counts.copy(), time.monotonic()
+            steps["progress"] = every(s.progress_interval_s, self._progress, wait_first=True)
+        side = {name: asyncio.create_task(step, name=name) for name, step in steps.items()}
         for task in [*side.values(), *senders]:
             task.add_done_callback(self._side_task_done)  # a sender never ends but cancelled
         log.info("worker started", extra={"event": "worker.started", "worker_id": self.worker_id})
@@ -146,9 +156,8 @@ class Worker:
     def _side_task_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
             return
-        finished = task.get_name() == "recorder" and self._stopping.is_set()
-        if finished and task.exception() is None:
-            return  # the recorder ends after its last batch at shutdown
+        if self._stopping.is_set() and task.exception() is None:
+            return  # the recorder after its last batch, a periodic task when stopping
         self._crash = task.exception() or RuntimeError(f"side task {task.get_name()} returned")
         log.error(
             "side task crashed; stopping",
@@ -223,33 +232,22 @@ class Worker:
             self._wake.set()
 
     async def _heartbeat(self) -> None:
-        while True:
-            await self._db.call(
-                store.heartbeat, self.worker_id, self._held, self.delivered, self.failed
-            )
-            stats = await self._db.call(store.queue_stats)
-            if stats is not None:
-                self._queue = stats
-                self.metrics.queue_depth.set(stats.depth)
-                self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
-
-    async def _settle(self) -> None:
-        """Every heartbeat interval: expired leases of started sends become 'uncertain'
-        (claimable_effects never offers them meanwhile; docs/dispatcher.md)."""
-        while True:
-            await self._settle_once()
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+        await self._db.call(
+            store.heartbeat, self.worker_id, self._held, self.delivered, self.failed
+        )
+        stats = await self._db.call(store.queue_stats)
+        if stats is not None:
+            self._queue = stats
+            self.metrics.queue_depth.set(stats.depth)
+            self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
 
     async def _park(self) -> None:
-        """Every poll interval: ordered endpoints' effects waiting behind an earlier one
-        of their key leave the claim's range (store.park_blocked); pass after pass
-        while a pass parks some, at most PARK_PASSES in a row."""
-        while True:
-            for _ in range(PARK_PASSES):
-                if not await self._db.call(store.park_blocked):
-                    break
-            await asyncio.sleep(self.settings.poll_interval_s)
+        """Ordered endpoints' effects waiting behind an earlier one of their key leave
+        the claim's range (store.park_blocked); pass after pass while a pass parks
+        some, at most PARK_PASSES in a row."""
+        for _ in range(PARK_PASSES):
+            if not await self._db.call(store.park_blocked):
+                break
 
     async def _settle_once(self) -> None:
         for key, endpoint in await self._db.call(store.settle_uncertain) or []:
@@ -261,32 +259,25 @@ class Worker:
             )
 
     async def _auto_disable(self) -> None:
-        """Every heartbeat interval: disable endpoints failing for too long (one
-        dispatcher does it; the others find nothing left to do)."""
-        while True:
-            await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
-            await asyncio.sleep(self.settings.heartbeat_interval_s)
+        """Disable endpoints failing for too long (one dispatcher does it; the others
+        find nothing left to do)."""
+        await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
 
     async def _progress(self) -> None:
-        """One INFO line per interval: what was settled since the last line, and the queue."""
-        interval_s = self.settings.progress_interval_s
-        last, last_at = self._recorder.counts.copy(), time.monotonic()
-        while True:
-            await asyncio.sleep(interval_s)
-            now, counts = time.monotonic(), self._recorder.counts.copy()
-            since = counts - last
-            fields: dict[str, object] = {
-                "delivered": since["delivered"],
-                "retried": since["retry"],
-                "dead": since["dead"] + since["gone"],
-                "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
-                "queue_depth": self._queue.depth,
-                "in_flight": self._held,
-            }
-            log.info(
-                progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields
-            )
-            last, last_at = counts, now
+        """One INFO line: what was settled since the last line, and the queue."""
+        last, last_at = self._progress_from
+        now, counts = time.monotonic(), self._recorder.counts.copy()
+        since = counts - last
+        fields: dict[str, object] = {
+            "delivered": since["delivered"],
+            "retried": since["retry"],
+            "dead": since["dead"] + since["gone"],
+            "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
+            "queue_depth": self._queue.depth,
+            "in_flight": self._held,
+        }
+        log.info(progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields)
+        self._progress_from = counts, now
 
     async def _shutdown(
         self,
