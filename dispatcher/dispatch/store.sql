@@ -117,7 +117,8 @@ SET LOCAL synchronous_commit = on;
 -- Record a batch of attempt outcomes in one statement: every row is fenced by
 -- its lease token (a worker that lost its lease changes nothing on the effect;
 -- its attempt is logged as 'stale'); a delivery writes the key ledger in the
--- same transaction; a 410 pauses the endpoint.
+-- same transaction; a 410 pauses the endpoint, audited (actor 'system') as an
+-- operator's pause is, in the same statement.
 -- The outcomes come as one JSON array of arrays (store.record): eleven typed
 -- arrays cost the driver ~8 us a row to quote and the server as much to parse
 -- (measured, every column read: 15.4-16.8 us a row round trip; as jsonb 3.6-3.7;
@@ -158,6 +159,12 @@ WITH r AS (
     FROM (SELECT endpoint, min(error) AS reason FROM updated WHERE outcome = 'gone'
           GROUP BY endpoint) g
     WHERE p.name = g.endpoint AND p.enabled
+    RETURNING p.name, p.paused_reason
+), paused_audited AS (
+    INSERT INTO operator_actions (actor, action, target, reason, details)
+    SELECT 'system', 'pause_endpoint', name, COALESCE(paused_reason, '410 Gone'),
+           '{"cause": "410 Gone"}'
+    FROM paused
 ), streak AS (
     -- What all dispatchers share (endpoint_budgets): a delivery ends the failing
     -- streak and the rest; a failure extends the streak, and from the Nth in a row

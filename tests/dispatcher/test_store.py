@@ -130,6 +130,20 @@ def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:
     assert ep == (False, "410 Gone")
 
 
+def test_a_pause_by_a_410_is_audited_as_the_systems_action(engine: Engine) -> None:
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 2)
+    a, b = store.claim(engine, "w1", 10, 30)
+    store.record(engine, "w1", [_result(a, "gone", status_code=410, error="410 Gone")])
+    store.record(engine, "w1", [_result(b, "gone", status_code=410, error="410 Gone")])
+    with engine.connect() as conn:
+        audited = conn.execute(
+            sa.text("SELECT actor, action, target, reason FROM operator_actions")
+        ).all()
+    # Once: the second 410 finds the endpoint paused already.
+    assert [tuple(row) for row in audited] == [("system", "pause_endpoint", "hook", "410 Gone")]
+
+
 RUN = "00000000-0000-0000-0000-0000000000b1"
 
 
