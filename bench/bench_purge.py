@@ -33,7 +33,8 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from bench.bench_dispatch import receiver, workers
+from bench import contenders
+from bench import receiver as bench_receiver
 from spark_outbox.cli.database import database_url
 from spark_outbox.cli.tools import scratch
 from spark_outbox.cli.tools.bulk import load
@@ -237,12 +238,17 @@ def main(argv: list[str]) -> int:
         _load(url, args.effects)
         cutoffs = _cutoffs(engine, 2 * args.rounds)
         figures = Figures()
-        with receiver() as hook_url:
+        with bench_receiver.serve() as (base, pid):
             with engine.begin() as conn:
-                add_webhook(conn, name="bench", url=hook_url)
-            with workers(url, 1, 64):
+                add_webhook(conn, name="bench", url=f"{base}/hook")
+            ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=pid)
+            # One dispatcher process, 64 sends in flight, as this bench always drained.
+            drain = contenders.start_dispatchers(ctx, 1, "--concurrency", "64")
+            try:
                 for r in range(args.rounds):
                     _round(engine, args, r, cutoffs, figures)
+            finally:
+                contenders.stop_all([drain])
         _report(args, figures)
     finally:
         engine.dispose()

@@ -64,7 +64,7 @@ def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
@@ -134,7 +134,7 @@ def pgqueuer(batch_size: int | None, processes: int) -> Callable[[Ctx, int], flo
             _wait(lambda: _drained(ctx.engine, "FROM pgqueuer"), 600, "drain")
             elapsed = time.perf_counter() - t0
         finally:
-            _stop(procs)
+            stop_all(procs)
         return n / elapsed
 
     return run
@@ -169,7 +169,7 @@ def floor(
             _wait(lambda: _drained(ctx.engine, "FROM floor_queue"), 600, "drain")
             elapsed = time.perf_counter() - t0
         finally:
-            _stop(procs)
+            stop_all(procs)
         ledger = _scalar(ctx.engine, "SELECT count(*) FROM floor_ledger")
         attempts = _scalar(ctx.engine, "SELECT count(*) FROM floor_attempts")
         audited = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
@@ -190,7 +190,7 @@ _FLOOR_QUEUE = (
 )
 
 
-def _dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
+def start_dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     env |= {
         "DATABASE_URL": ctx.url,
@@ -240,14 +240,14 @@ def dispatcher(
         # The dispatcher's defaults (concurrency, claim batch size) unless the
         # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
         extra = os.environ.get("BENCH_DISPATCH_ARGS", "").split() + options.split()
-        proc = _dispatchers(ctx, processes, *extra)
+        proc = start_dispatchers(ctx, processes, *extra)
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()
             _wait(lambda: _drained(ctx.engine, _UNFINISHED), 600, "drain")
             elapsed = time.perf_counter() - t0
         finally:
-            _stop([proc])
+            stop_all([proc])
         delivered = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
         attempts = _scalar(ctx.engine, "SELECT count(*) FROM delivery_attempts")
         if delivered != n or attempts != n:
@@ -270,7 +270,7 @@ def latency(
     """
     _reset(ctx.engine)
     committed: dict[str, float] = {}
-    proc = _dispatchers(ctx, processes)
+    proc = start_dispatchers(ctx, processes)
     start = time.perf_counter() + 0.1
     total = int(rate * seconds)
     try:
@@ -287,7 +287,7 @@ def latency(
         achieved = len(committed) / (time.perf_counter() - start)
         _wait(lambda: _drained(ctx.engine, _UNFINISHED), 120, "the last deliveries")
     finally:
-        _stop([proc])
+        stop_all([proc])
     failed = _failed_attempts(ctx.engine)
     with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
