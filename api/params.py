@@ -36,7 +36,7 @@ def effect_filter(
         str | None, _text(MAX_REFERENCE_CHARS, "business reference (an invoice number), exact")
     ] = None,
     state: Annotated[
-        str | None, Query(description="pending, leased, delivered, dead or cancelled")
+        str | None, Query(description="pending, leased, delivered, dead, cancelled or uncertain")
     ] = None,
 ) -> EffectFilter:
     """The filter, checked: a missing or over-wide time range is a 422 naming the fix."""

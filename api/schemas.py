@@ -114,6 +114,7 @@ class LiveCounts(BaseModel):
     delivered: int
     dead: int
     cancelled: int
+    uncertain: int
     rejects: int
 
 

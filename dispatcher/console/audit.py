@@ -262,7 +262,7 @@ def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
     if found is None:
         raise NotFound(f"no committed batch {batch_id!r} of job {job!r}")
     params = {"job": job, "batch_id": batch_id}
-    live = dict.fromkeys(("pending", "leased", "delivered", "dead", "cancelled"), 0)
+    live = dict.fromkeys(("pending", "leased", "delivered", "dead", "cancelled", "uncertain"), 0)
     for state, n in conn.execute(_Q["batch_live_counts"], params):
         live[state] = n
     live["rejects"] = conn.execute(_Q["batch_reject_count"], params).scalar_one()

@@ -246,9 +246,27 @@ def test_batches_show_marker_and_live_counts(
         "delivered": 0,
         "dead": 0,
         "cancelled": 0,
+        "uncertain": 0,
         "rejects": 0,
     }
     assert client.get("/v1/batches/billing/nope", headers=auth).status_code == 404
+
+
+def test_a_batchs_live_counts_include_its_uncertain_effects(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    # The count came from the database but the response model had no field for it.
+    story(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'uncertain', send_started_at = now()"
+                " WHERE id = (SELECT min(id) FROM effects"
+                " WHERE job = 'billing' AND batch_id = '2026-11-21')"
+            )
+        )
+    detail = client.get("/v1/batches/billing/2026-11-21", headers=api_tokens.auth("support"))
+    assert detail.json()["live"]["uncertain"] == 1 and detail.json()["live"]["pending"] == 1
 
 
 def test_the_cursor_round_trips_time_and_id() -> None:
