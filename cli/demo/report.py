@@ -109,7 +109,8 @@ def render(r: dict[str, Any]) -> str:
     lines += [f"    {n:,} x {reason}" for reason, n in r["reject_reasons"]]
     lines.append(
         f"effects enqueued {e['enqueued']:,}: delivered {e['delivered']:,}, dead {e['dead']:,}, "
-        f"pending {e['pending'] + e['leased']:,}, cancelled {e['cancelled']:,}"
+        f"pending {e['pending'] + e['leased']:,}, cancelled {e['cancelled']:,}, "
+        f"uncertain {e['uncertain']:,}"
     )
     lines.append(
         f"retried: {e['retried']:,} effects needed a retry; {e['attempts']:,} attempts in all"
