@@ -258,3 +258,14 @@ def test_status_points_at_a_cluster_left_under_the_former_default(tmp_path: Path
     assert str(tmp_path / "xdg" / "spark-outbox") in status.stdout  # (as root: "for ...")
     assert f"a private cluster is also under {former}" in status.stderr
     assert "outbox --state-dir .outbox db stop" in status.stderr
+
+
+def test_the_cluster_info_shows_no_password_but_its_url_still_carries_it(
+    cluster: PrivateCluster,
+) -> None:
+    info = cluster.ensure_running()
+    assert info.password and f":{info.password}@" in info.url
+    for shown in (repr(info), str(info)):
+        assert info.password not in shown
+        assert f"port={info.port}" in shown
+    assert _query(info.url) == 1

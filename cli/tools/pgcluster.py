@@ -49,7 +49,8 @@ _STATE_FILE = "cluster.json"
 class ClusterInfo:
     data_dir: Path
     port: int
-    password: str
+    # Out of repr (and so of str, logs and tracebacks); ``url`` still carries it.
+    password: str = dataclasses.field(repr=False)
     bin_dir: Path
 
     @property

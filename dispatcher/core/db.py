@@ -123,8 +123,16 @@ def translated() -> Iterator[None]:
 
 
 def redact(url: str) -> str:
-    """The URL with its password masked, for logs and messages."""
-    return make_url(sqlalchemy_url(url)).render_as_string(hide_password=True)
+    """The URL with its password masked, for logs, messages and reprs: the one in the
+    user part and a ``?password=`` (libpq reads both). Never raises: a URL that does
+    not parse is hidden whole, since its password could be anywhere in it."""
+    try:
+        parsed = make_url(sqlalchemy_url(url))
+    except (ValueError, sa.exc.ArgumentError):
+        return "<a database URL that does not parse>"
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+    return parsed.render_as_string(hide_password=True)
 
 
 def alembic_config(url: str) -> Config:

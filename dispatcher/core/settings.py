@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_outbox.core import bounds
+from spark_outbox.core.db import redact
 from spark_outbox.core.durations import parse_duration_s
 from spark_outbox.core.errors import ConfigurationError, InvalidInput
 
@@ -303,3 +304,12 @@ class Settings:
     @property
     def breaker(self) -> Breaker:
         return Breaker(self.breaker_failures, self.breaker_base_s, self.breaker_max_s)
+
+    def __repr__(self) -> str:
+        """The fields, the database URL's password masked: a settings object ends up in
+        logs, tracebacks and debuggers, where the password must not."""
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.database_url:
+            shown["database_url"] = redact(self.database_url)
+        fields = ", ".join(f"{name}={value!r}" for name, value in shown.items())
+        return f"{type(self).__name__}({fields})"
