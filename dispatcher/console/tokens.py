@@ -56,17 +56,40 @@ def token_sha256(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
 
 
+# The actors the system itself writes in operator_actions: the dispatcher's auto-disable
+# ('system'), its purges ('dispatcher:<worker>'), the CLI ('cli:<login>'), a sign-out
+# that revokes its token ('ui:<token>'). A token's name is its actor too, so a token
+# may not take one of these names, or the audit trail could be forged.
+RESERVED_NAMES = ("system",)
+RESERVED_PREFIXES = ("cli:", "dispatcher:", "ui:")
+
+
+def _check_name(name: str) -> str:
+    """The name, stripped, if a token may have it."""
+    stripped = name.strip()
+    if not stripped:
+        raise InvalidRequest("name", "is empty", "name the token after its holder, e.g. alice")
+    folded = stripped.casefold()
+    if folded in RESERVED_NAMES or folded.startswith(RESERVED_PREFIXES):
+        raise InvalidRequest(
+            "name",
+            f"{stripped!r} is reserved for the system's own entries in the audit trail "
+            f"({', '.join(RESERVED_NAMES)}, {', '.join(p + '...' for p in RESERVED_PREFIXES)})",
+            "name the token after its holder, e.g. alice",
+        )
+    return stripped
+
+
 def create(conn: Connection, *, name: str, role: str) -> tuple[Token, str]:
     """Store a new token's hash; return the token and its plaintext (shown once)."""
-    if not name or not name.strip():
-        raise InvalidRequest("name", "is empty", "name the token after its holder, e.g. alice")
+    name = _check_name(name)
     if role not in ROLES:
         raise InvalidRequest("role", f"{role!r} is not a role", f"use one of {', '.join(ROLES)}")
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = (
         conn.execute(
             _Q["insert_token"],
-            {"name": name.strip(), "role": role, "token_sha256": token_sha256(plaintext)},
+            {"name": name, "role": role, "token_sha256": token_sha256(plaintext)},
         )
         .mappings()
         .first()

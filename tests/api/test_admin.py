@@ -147,3 +147,19 @@ def test_a_purged_key_answers_200_with_what_is_known(
     client.cookies.set("outbox_session", api_tokens.support)
     page = client.get(f"/ui/effects/{effect.key}")
     assert page.status_code == 200 and "purged" in page.text and "4111" not in page.text
+
+
+def test_a_token_may_not_take_a_name_the_system_writes_in_the_audit_trail(
+    client: TestClient, api_tokens: Tokens
+) -> None:
+    auth = api_tokens.auth("operator")
+    for name in ("system", " System ", "cli:root", "dispatcher:host-1", "UI:olga"):
+        body = {"reason": "forge", "name": name, "role": "operator"}
+        response = client.post("/v1/tokens", json=body, headers=auth)
+        assert response.status_code == 422, name
+        (item,) = response.json()["detail"]
+        assert item["loc"] == ["body", "name"]
+        assert "reserved" in item["msg"] and "e.g. alice" in item["msg"]
+    assert [a["action"] for a in _actions(client, api_tokens)] == []
+    body = {"reason": "new hire", "name": "systems-team", "role": "support"}
+    assert client.post("/v1/tokens", json=body, headers=auth).status_code == 200

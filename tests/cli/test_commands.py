@@ -140,3 +140,16 @@ def test_a_loopback_webhook_warns_with_the_allow_list_setting(
     monkeypatch.setenv("OUTBOX_SSRF_ALLOW_NETWORKS", "127.0.0.0/8")
     assert main([*add, "allowed", "--url", "http://127.0.0.1:8900/hooks"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_tokens_create_refuses_a_name_the_system_writes_in_one_line(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tokens", "create", "--name", "cli:root", "--role", "operator"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("outbox: error: name: 'cli:root' is reserved")
+    assert main(["tokens", "create", "--name", "system", "--role", "support"]) == 2
+    capsys.readouterr()
+    with engine.connect() as conn:
+        assert [t.name for t in tokens.list_all(conn)] == []
