@@ -20,7 +20,7 @@ from spark_outbox.core.schema import EFFECT_STATES
 
 MAX_RANGE_DAYS = 31
 MAX_PAGE = 500
-_MAX_BIGINT = 2**63 - 1
+MAX_BIGINT = 2**63 - 1  # a row id beyond it the database refuses (an error, not a miss)
 
 
 class InvalidFilter(InvalidRequest):
@@ -48,7 +48,7 @@ class Cursor:
             if created_at.tzinfo is None:
                 raise ValueError("naive")
             row_id = int(ident)
-            if not 0 < row_id <= _MAX_BIGINT:
+            if not 0 < row_id <= MAX_BIGINT:
                 raise ValueError("id out of range")
             # UTC: an offset with seconds would not survive the trip to PostgreSQL.
             return cls(created_at=created_at.astimezone(dt.UTC), id=row_id)

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from spark_outbox.console.audit import from_row
-from spark_outbox.console.filters import InvalidFilter, check_limit
+from spark_outbox.console.filters import MAX_BIGINT, InvalidFilter, check_limit
 from spark_outbox.console.masking import MASK, mask_payload
 from spark_outbox.console.operations import MAX_BULK_CAP, check_cap
 from spark_outbox.core.auditlog import check_reason, record_action
@@ -76,11 +76,16 @@ def _encode(reject_id: int) -> str:
 
 
 def _decode(cursor: str) -> int:
+    """The reject id, or ``InvalidFilter`` (a 422): an id beyond bigint would reach the
+    database and fail there (a 500)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         if not raw.startswith(_CURSOR_PREFIX):
             raise ValueError(raw)
-        return int(raw.removeprefix(_CURSOR_PREFIX))
+        reject_id = int(raw.removeprefix(_CURSOR_PREFIX))
+        if not 0 < reject_id <= MAX_BIGINT:
+            raise ValueError("id out of range")
+        return reject_id
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidFilter(
             "cursor", "is not a cursor this API issued", "pass next_cursor unchanged"

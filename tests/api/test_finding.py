@@ -4,6 +4,7 @@ support), finished effects have no next attempt, one timestamp format everywhere
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime as dt
 import io
@@ -164,3 +165,79 @@ def test_an_operator_requeues_a_batchs_unknown_endpoint_rejects_once_it_is_regis
     assert requeued == {unknown_endpoint("late"): True, "r2": False}
     blank = client.post("/v1/rejects/requeue", json=body | {"reason": " "}, headers=auth)
     assert blank.status_code == 422
+
+
+def test_a_rejects_cursor_beyond_any_row_id_is_a_422_naming_the_cursor(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        _reject(conn, 1, {"customer_id": "c-1"})
+    params = {"job": "billing", "batch_id": "2026-11-21"}
+    auth = api_tokens.auth("support")
+    for reject_id in (2**63, 10**30, 0, -5):
+        cursor = base64.urlsafe_b64encode(f"reject:{reject_id}".encode()).decode().rstrip("=")
+        response = client.get("/v1/rejects", params=params | {"cursor": cursor}, headers=auth)
+        assert response.status_code == 422, reject_id
+        (item,) = response.json()["detail"]
+        assert item["loc"] == ["query", "cursor"] and "pass next_cursor unchanged" in item["msg"]
+    largest = base64.urlsafe_b64encode(f"reject:{2**63 - 1}".encode()).decode().rstrip("=")
+    page = client.get("/v1/rejects", params=params | {"cursor": largest}, headers=auth)
+    assert [r["reason"] for r in page.json()["items"]] == ["r1"]
+
+
+def test_nan_or_infinity_in_an_operators_json_body_is_a_422_naming_the_field(
+    client: TestClient, api_tokens: Tokens
+) -> None:
+    """Python's JSON parser reads NaN and Infinity; every numeric field refuses them."""
+    auth = api_tokens.auth("operator") | {"Content-Type": "application/json"}
+    week = '"since": "2026-11-01T00:00:00Z", "until": "2026-11-08T00:00:00Z"'
+    cases = [
+        ("POST", "/v1/effects/bulk-requeue", f'{{"reason": "r", {week}, "cap": NaN}}', "cap"),
+        (
+            "POST",
+            "/v1/endpoints/billing-webhook/rotate-secret",
+            '{"reason": "r", "overlap_s": NaN}',
+            "overlap_s",
+        ),
+        (
+            "POST",
+            "/v1/endpoints/billing-webhook/recover",
+            '{"reason": "r", "since": "2026-11-01T00:00:00Z", "cap": Infinity}',
+            "cap",
+        ),
+        (
+            "POST",
+            "/v1/rejects/requeue",
+            '{"reason": "r", "job": "billing", "batch_id": "b", "cap": -Infinity}',
+            "cap",
+        ),
+        (
+            "POST",
+            "/v1/endpoints",
+            '{"reason": "r", "name": "n", "url": "https://example.com/", "timeout_s": NaN}',
+            "timeout_s",
+        ),
+        (
+            "PATCH",
+            "/v1/endpoints/billing-webhook",
+            '{"reason": "r", "rate_limit_per_s": NaN}',
+            "rate_limit_per_s",
+        ),
+        (
+            "PATCH",
+            "/v1/endpoints/billing-webhook",
+            '{"reason": "r", "max_in_flight": Infinity}',
+            "max_in_flight",
+        ),
+        (
+            "PATCH",
+            "/v1/endpoints/billing-webhook",
+            '{"reason": "r", "retry_schedule_s": [1, NaN]}',
+            1,
+        ),
+    ]
+    for method, url, text, field in cases:
+        response = client.request(method, url, content=text, headers=auth)
+        assert response.status_code == 422, (url, text)
+        (item,) = response.json()["detail"]
+        assert item["loc"][-1] == field, (url, text)
