@@ -31,6 +31,8 @@ from spark_outbox.core.errors import (
 
 log = logging.getLogger(__name__)
 
+UNAVAILABLE = "the database is unavailable; retry"
+
 STATUS_OF: dict[type[OutboxError], int] = {
     AuthenticationFailed: 401,
     PermissionDenied: 403,
@@ -60,11 +62,16 @@ def _json(exc: OutboxError, request: Request) -> JSONResponse:
         }
         return JSONResponse({"detail": [item]}, status_code=422)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if isinstance(exc, DatabaseUnavailable):
-        # The cause (host, port, driver text) is for the log, not for clients.
-        log.error("database unavailable", extra={"event": "api.database_unavailable"})
-        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+
+
+def _logged(exc: DatabaseUnavailable) -> DatabaseUnavailable:
+    """The cause (host, port, the driver's text) goes to the server log; every client,
+    signed in or not, and every page get the same words without it."""
+    log.error(
+        "database unavailable", extra={"event": "api.database_unavailable", "error": str(exc)}
+    )
+    return DatabaseUnavailable(UNAVAILABLE)
 
 
 def _json_safe(value: Any) -> Any:
@@ -89,6 +96,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OutboxError)
     async def outbox_error(request: Request, exc: OutboxError) -> Response:
+        if isinstance(exc, DatabaseUnavailable):
+            exc = _logged(exc)
         if request.url.path.startswith("/ui"):
             return error_page(request, exc, status_for(exc))
         return _json(exc, request)

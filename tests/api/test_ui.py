@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
 from spark_outbox.api.app import create_app
+from spark_outbox.cli.tools.scratch import free_port
 from spark_outbox.console import tokens
 from spark_outbox.core.settings import Settings
 from tests.api.builders import PAN, add_effect, leaky, story
@@ -190,3 +193,31 @@ def test_search_box_takes_a_key_a_recipient_or_a_batch(
     missing = client.get("/ui/search", params={"q": "billing/nope"})
     assert missing.status_code == 200
     assert "No committed batch, reference or recipient" in missing.text
+
+
+def test_with_the_database_down_no_page_shows_the_drivers_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Host, port and the driver's words are for the server log; every visitor, signed
+    in or not, and every API client reads the same plain sentence."""
+    port = free_port()  # nothing listens there
+    settings = Settings(database_url=f"postgresql://outbox:pw@127.0.0.1:{port}/outbox")
+    caplog.set_level(logging.ERROR, logger="spark_outbox.api.errors")
+    with TestClient(create_app(settings), base_url="https://testserver") as down:
+        form = down.get("/ui/login")  # needs no database
+        answers = [
+            down.get("/ui"),
+            down.get(f"/ui/effects/{'a' * 64}"),
+            down.post("/ui/login", data={"token": "obx_x", "csrf": _form_csrf(form.text)}),
+            down.get("/ui", headers={"Cookie": f"{SESSION}=obx_someone"}),
+            down.get("/v1/status", headers={"Authorization": "Bearer obx_someone"}),
+        ]
+    for response in answers:
+        assert response.status_code == 503, response.request.url
+        text = response.text
+        assert "the database is unavailable; retry" in text
+        for leak in (str(port), "127.0.0.1", "refused", "OperationalError"):
+            assert leak not in text, (response.request.url, leak)
+    logged = [r for r in caplog.records if getattr(r, "event", "") == "api.database_unavailable"]
+    assert len(logged) == len(answers)
+    assert all(f"port {port}" in r.error and "refused" in r.error for r in logged)
