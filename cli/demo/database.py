@@ -32,6 +32,13 @@ class DemoDatabase:
     server_url: str
     fresh: bool  # created by this run (and so safe to drop and recreate)
 
+    def __repr__(self) -> str:
+        """Both URLs with their passwords masked: a repr ends up in tracebacks."""
+        return (
+            f"DemoDatabase(url={db.redact(self.url)!r}, "
+            f"server_url={db.redact(self.server_url)!r}, fresh={self.fresh})"
+        )
+
 
 def prepare(settings: Settings) -> DemoDatabase:
     if settings.database_url:

@@ -36,3 +36,17 @@ def test_a_database_that_already_holds_effects_is_refused(db_url: str, tmp_path:
     assert result.returncode == 2
     assert "already holds effects" in result.stderr
     assert "Point DATABASE_URL at a fresh database" in result.stderr
+
+
+def test_the_demo_database_shows_no_password_but_its_url_still_carries_it(db_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from spark_outbox.cli.demo.database import prepare
+    from spark_outbox.core.settings import Settings
+
+    password = make_url(db_url).password
+    assert password
+    prepared = prepare(Settings(database_url=db_url))
+    assert prepared.url == db_url and f":{password}@" in prepared.server_url
+    for shown in (repr(prepared), str(prepared)):
+        assert password not in shown and "fresh=False" in shown
