@@ -11,12 +11,15 @@ The rules (docs/api.md, "Masking for the support role"):
       whole text) is masked field by field with the same paths;
    b. then every value those paths hold in the effect's own payload (each string
       or number under a masked path, as written and as JSON escapes it) is
-      replaced by ``***`` wherever it appears, case-insensitively. That catches
-      prose ("card 4111... declined") and a clipped body that no longer parses.
-      Values of 1 to 3 characters are masked only as whole words: a substring
-      match would erase unrelated text while hiding little. A text clipped in
-      the middle of a value (excerpts are cut at 2 KiB) ends with the value's
-      first characters: from 4 on, they are masked too.
+      replaced by ``***`` wherever it appears, case-insensitively (``echoes``).
+      That catches prose ("card 4111... declined") and a clipped body that no
+      longer parses. A value of 6 characters or more (separators aside) is found
+      with spaces, dashes or dots between its characters, as receivers group a
+      card number (``4111 1111 1111 1111``); values of 1 to 3 characters are
+      masked only as whole words: a substring match would erase unrelated text
+      while hiding little. A text clipped in the middle of a value (excerpts are
+      cut at 2 KiB) ends with the value's first characters: from 4 on, they are
+      masked too.
 
 E-mail addresses as such are not masked: the recipient is shown to support by
 design (it is what they search by); list ``customer.email`` to mask it where the
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
+from spark_outbox.console import echoes
+
 MASK = "***"
-_SHORT = 4  # values shorter than this are masked as whole words only
+_SHORT = echoes.SHORT  # values shorter than this are masked as whole words only
 
 
 @overload
@@ -112,23 +116,7 @@ def mask_text(text: str | None, paths: Sequence[str], values: Sequence[str]) -> 
     text = _mask_json(text, paths)
     if not values:
         return text
-    alternatives = [
-        re.escape(v) if len(v) >= _SHORT else rf"(?<!\w){re.escape(v)}(?!\w)" for v in values
-    ]
-    text = re.sub("|".join(alternatives), MASK, text, flags=re.IGNORECASE)
-    return _mask_clipped_tail(text, values)
-
-
-def _mask_clipped_tail(text: str, values: Sequence[str]) -> str:
-    """An excerpt clipped in the middle of a value ends with the value's start: mask
-    that start too (from ``_SHORT`` characters on)."""
-    for value in values:
-        folded = value.lower()
-        tail = text[-(len(value) - 1) :] if len(value) > 1 else ""
-        for start in range(len(tail) - _SHORT + 1):
-            if folded.startswith(tail[start:].lower()):
-                return text[: len(text) - len(tail) + start] + MASK
-    return text
+    return echoes.masked(text, values, MASK)
 
 
 def _mask_json(text: str, paths: Sequence[str]) -> str:
