@@ -6,7 +6,8 @@ business event the job could not use), so it may hold personal data: for the
 support role it is masked with the payload rules (``OUTBOX_SENSITIVE_FIELDS``),
 at the top level and inside an effect row's ``payload``. A payload that is not
 a JSON object (often the very reason for the reject) cannot be searched for
-those fields and is hidden whole.
+those fields and is hidden whole. The reason is masked as outside text is
+(``masking``, rule 2): a job writes its own, and the sink's may quote a value.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from spark_outbox.console.audit import from_row
 from spark_outbox.console.filters import MAX_BIGINT, InvalidFilter, check_limit
-from spark_outbox.console.masking import MASK, mask_payload
+from spark_outbox.console.masking import MASK, mask_payload, mask_text, masked_values
 from spark_outbox.console.operations import MAX_BULK_CAP, check_cap
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.enqueue import enqueue
@@ -111,13 +112,31 @@ def of_batch(
 
 
 def masked(reject: Reject, paths: Sequence[str]) -> Reject:
-    """The reject with its raw row masked by ``paths`` (nothing to mask: unchanged)."""
+    """The reject with its raw row masked by ``paths``, and its reason (the job's own,
+    or the sink's, which may quote a value) masked like outside text with the values
+    those paths hold in the row (nothing to mask: unchanged)."""
     if not paths:
         return reject
+    reason = mask_text(reject.reason, paths, _sensitive_values(reject.raw_row, paths))
     row = mask_payload(reject.raw_row, paths)
     if "payload" in row:
         row["payload"] = _masked_payload(row["payload"], paths)
-    return dataclasses.replace(reject, raw_row=row)
+    return dataclasses.replace(reject, reason=reason or reject.reason, raw_row=row)
+
+
+def _sensitive_values(row: dict[str, Any], paths: Sequence[str]) -> list[str]:
+    """What ``paths`` hold in the row, at its top level and in its payload (an object,
+    or a JSON object as text; a payload that does not parse yields nothing)."""
+    payload = row.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            payload = None
+    values = set(masked_values(row, paths))
+    if isinstance(payload, dict):
+        values.update(masked_values(payload, paths))
+    return sorted(values, key=len, reverse=True)
 
 
 def _masked_payload(payload: Any, paths: Sequence[str]) -> Any:

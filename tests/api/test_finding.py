@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core.schema import rejects
-from spark_outbox.spark.checks import raw_json, unknown_endpoint
+from spark_outbox.spark.checks import check_row, raw_json, unknown_endpoint
 from tests.api.builders import story
 from tests.api.conftest import Tokens, window
 from tests.api.test_ui import _sign_in
@@ -82,6 +82,51 @@ def test_a_batchs_rejects_page_newest_first_masked_for_support(
         "/v1/rejects", params={"job": "billing"}, headers=api_tokens.auth("support")
     )
     assert missing.status_code == 422 and missing.json()["detail"][0]["loc"][-1] == "batch_id"
+
+
+def test_reject_reasons_that_quote_a_sensitive_value_are_masked_for_support(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    """A job's own reason and the sink's (the e-mail contract quotes the subject) may
+    quote card.pan, here grouped in fours: support sees *** in its place, operators
+    the reason whole."""
+    pan = "4111111111111111"
+    own = {
+        "endpoint": "billing-webhook",
+        "payload": json.dumps({"card": {"pan": pan}}),
+        "reject_reason": f"card.pan: {pan} fails the Luhn check; fix the source record",
+    }
+    mail = {
+        "idempotency_key": "a" * 64,
+        "endpoint": "mailer",
+        "recipient": "dora@example.com",
+        "payload": json.dumps(
+            {"subject": "Your card 4111 1111 1111 1111\nexpires", "text": "", "card": {"pan": pan}}
+        ),
+    }
+    reasons = []
+    with engine.begin() as conn:
+        for row in (own, mail):
+            reason, _ = check_row(row, {"mailer": "email"})  # the sink's words
+            assert reason is not None and "4111" in reason
+            reasons.append(reason)
+            conn.execute(
+                sa.insert(rejects).values(
+                    job="billing",
+                    batch_id="2026-11-21",
+                    run_id=uuid.uuid4(),
+                    reason=reason,
+                    raw_row=json.loads(raw_json(row)),
+                )
+            )
+    params = {"job": "billing", "batch_id": "2026-11-21"}
+    support = client.get("/v1/rejects", params=params, headers=api_tokens.auth("support")).json()
+    assert [r["reason"] for r in support["items"]] == [
+        reasons[1].replace("4111 1111 1111 1111", "***"),
+        "card.pan: *** fails the Luhn check; fix the source record",
+    ]
+    operator = client.get("/v1/rejects", params=params, headers=api_tokens.auth("operator"))
+    assert [r["reason"] for r in operator.json()["items"]] == reasons[::-1]
 
 
 def test_finished_effects_have_no_next_attempt_and_timestamps_have_one_format(
