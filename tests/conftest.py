@@ -22,11 +22,12 @@ from spark_outbox.cli.tools import scratch
 from spark_outbox.cli.tools.pgcluster import PrivateCluster
 from spark_outbox.core import db
 from spark_outbox.core.settings import Settings
+from tests import ROOT
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # The test suite's private cluster: the fixtures name it, and every `outbox` process a
 # test starts without DATABASE_URL inherits it, instead of the per-user default.
-TEST_STATE_DIR = Path(__file__).resolve().parents[1] / ".outbox"
+TEST_STATE_DIR = ROOT / ".outbox"
 os.environ["OUTBOX_STATE_DIR"] = str(TEST_STATE_DIR)
 
 

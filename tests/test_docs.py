@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core import db
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"<!-- readme-example: (\w+)[^>]*-->\s*```\w*\n(.*?)```", re.DOTALL)
 
 

@@ -24,11 +24,11 @@ import sqlalchemy as sa
 
 from spark_outbox.cli.tools import scratch
 from spark_outbox.core import db
+from tests import ROOT
 from tests.conftest import insert_billing_endpoints
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 NOT_SOURCES = (".git", ".venv", ".outbox", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 
 

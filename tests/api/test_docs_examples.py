@@ -8,17 +8,16 @@ import os
 import re
 import subprocess
 import uuid
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core.schema import rejects
+from tests import ROOT
 from tests.api.builders import add_batch, add_effect
 from tests.api.conftest import Served, Tokens
 
-ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"<!-- api-example[^>]*-->\s*```sh\n(.*?)```", re.DOTALL)
 
 

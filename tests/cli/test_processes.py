@@ -18,9 +18,9 @@ from spark_outbox.api.app import create_app
 from spark_outbox.cli.main import CLOSED_PIPE_EXIT
 from spark_outbox.cli.tools.scratch import free_port
 from spark_outbox.core.settings import Settings
+from tests import ROOT
 from tests.dispatcher import procs
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "docs/api.md", "docs/dispatcher.md", "docs/operations.md", "docs/design.md")
 METRIC = re.compile(r"`(outbox_[a-z_]+)(?:\{[^`]*\})?`")
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+from tests import ROOT
 
 
 @contextmanager

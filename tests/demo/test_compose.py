@@ -22,9 +22,8 @@ import sqlalchemy as sa
 import yaml
 from sqlalchemy.engine import Engine
 
+from tests import ROOT
 from tests.demo import compose_rules as rules
-
-ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 COMPOSE = shutil.which("docker-compose")
 needs_compose = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+from tests import ROOT
 
 
 def test_a_database_that_already_holds_effects_is_refused(db_url: str, tmp_path: Path) -> None:

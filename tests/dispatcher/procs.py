@@ -13,7 +13,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import ROOT
 
 
 def worker_env(db_url: str, **extra: str) -> dict[str, str]:

@@ -9,9 +9,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository
+from tests import ROOT
 
 
 def billing_command(*args: str) -> list[str]:
