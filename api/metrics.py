@@ -59,7 +59,8 @@ class QueueCollector(Collector):
         )
         yield GaugeMetricFamily(
             "outbox_recent_payload_mismatches",
-            "Stored keys met again with another payload by batches of the last 24 h",
+            "Stored keys met again with another payload in the last 24 h (by the sink's "
+            "batches and by enqueue())",
             value=gauges.mismatches_24h,
         )
 

@@ -184,6 +184,12 @@ class MismatchBatchPublic(Public):
     payload_mismatches: int
 
 
+class EnqueueMismatchPublic(Public):
+    idempotency_key: str
+    endpoint: str
+    at: Instant
+
+
 class StatusPublic(Public):
     counts: StateCounts
     queue: QueuePublic
@@ -197,6 +203,10 @@ class StatusPublic(Public):
     )
     payload_mismatches: list[MismatchBatchPublic] = Field(
         description="batches of the last 24 h that met stored keys with another payload"
+    )
+    enqueue_mismatches: list[EnqueueMismatchPublic] = Field(
+        description="keys enqueue() met again with another payload in the last 24 h (newest "
+        "20; the first payload stays)"
     )
 
 

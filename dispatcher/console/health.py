@@ -57,6 +57,13 @@ class MismatchBatch:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnqueueMismatch:
+    idempotency_key: str
+    endpoint: str
+    at: dt.datetime
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     counts: dict[str, int]
     queue: QueueStats
@@ -67,6 +74,7 @@ class Status:
     last_batches: list[LastBatch]
     held_batches: list[holds.HeldBatch]  # the volume guard's, waiting for an operator
     payload_mismatches: list[MismatchBatch]  # batches of the last 24 h
+    enqueue_mismatches: list[EnqueueMismatch]  # enqueue()'s of the last 24 h, newest 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +107,10 @@ def status(conn: Connection) -> Status:
         held_batches=holds.held_batches(conn),
         payload_mismatches=[
             from_row(MismatchBatch, r) for r in conn.execute(_Q["recent_mismatches"]).mappings()
+        ],
+        enqueue_mismatches=[
+            from_row(EnqueueMismatch, r)
+            for r in conn.execute(_Q["recent_enqueue_mismatches"]).mappings()
         ],
     )
 

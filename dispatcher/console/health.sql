@@ -89,6 +89,16 @@ ORDER BY committed_at DESC
 LIMIT 20;
 
 -- name: mismatch_total
--- /metrics: payload mismatches of the last 24 h (ix_batches_committed_at_mismatched).
-SELECT COALESCE(sum(payload_mismatches), 0) FROM batches
-WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours';
+-- /metrics: payload mismatches of the last 24 h, the sink's batches'
+-- (ix_batches_committed_at_mismatched) and enqueue()'s (ix_enqueue_mismatches_at).
+SELECT (SELECT COALESCE(sum(payload_mismatches), 0) FROM batches
+        WHERE payload_mismatches > 0 AND committed_at > now() - interval '24 hours')
+     + (SELECT count(*) FROM enqueue_mismatches WHERE at > now() - interval '24 hours');
+
+-- name: recent_enqueue_mismatches
+-- enqueue()'s payload mismatches of the last 24 h, newest first (ix_enqueue_mismatches_at).
+SELECT idempotency_key, endpoint, at
+FROM enqueue_mismatches
+WHERE at > now() - interval '24 hours'
+ORDER BY at DESC, id DESC
+LIMIT 20;

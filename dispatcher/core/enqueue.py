@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ from spark_outbox.core.validation import (
 )
 
 _Q = queries_beside(__file__, "enqueue.sql")
+log = logging.getLogger("spark_outbox.enqueue")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +104,27 @@ def enqueue(
     stored = conn.execute(
         _Q["stored_payload_sha256"], {"idempotency_key": idempotency_key}
     ).scalar()
-    return Enqueued(
-        idempotency_key=idempotency_key,
-        new=False,
-        payload_mismatch=stored is not None and stored != digest,
+    mismatch = stored is not None and stored != digest
+    if mismatch:
+        _record_mismatch(conn, idempotency_key, endpoint, stored, digest)
+    return Enqueued(idempotency_key=idempotency_key, new=False, payload_mismatch=mismatch)
+
+
+def _record_mismatch(conn: Connection, key: str, endpoint: str, stored: str, offered: str) -> None:
+    """Counted where operators look (status, metrics) and said in the log: the
+    producer computed other content for a key it already enqueued."""
+    params = {
+        "idempotency_key": key,
+        "endpoint": endpoint,
+        "stored_sha256": stored,
+        "offered_sha256": offered,
+    }
+    conn.execute(_Q["record_mismatch"], params)
+    log.warning(
+        "payload mismatch: key %s for endpoint %s was enqueued before with another payload; "
+        "the first payload stays (a new payload needs a new key, or a correction: supersedes)",
+        key,
+        endpoint,
     )
 
 

@@ -45,3 +45,9 @@ SELECT payload_sha256 FROM effects WHERE idempotency_key = :idempotency_key
 UNION ALL
 SELECT payload_sha256 FROM key_ledger WHERE idempotency_key = :idempotency_key
 LIMIT 1;
+
+-- name: record_mismatch
+-- The key was known with another payload: the first payload stays, and the event
+-- is kept for /v1/status and /metrics (migration 1809), in the caller's transaction.
+INSERT INTO enqueue_mismatches (idempotency_key, endpoint, stored_sha256, offered_sha256)
+VALUES (:idempotency_key, :endpoint, :stored_sha256, :offered_sha256);

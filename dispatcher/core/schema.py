@@ -383,6 +383,21 @@ operator_actions = sa.Table(
     sa.Index(None, "at"),
 )
 
+# enqueue()'s payload mismatches: a key enqueued again with another payload keeps
+# the first one; the event is kept here (no payload, nothing personal) so status and
+# metrics count it beside the sink's marker counts (migration 1809).
+enqueue_mismatches = sa.Table(
+    "enqueue_mismatches",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _ts("at", nullable=False, default_now=True),
+    sa.Column("idempotency_key", sa.Text, nullable=False),
+    sa.Column("endpoint", sa.Text, nullable=False),
+    sa.Column("stored_sha256", sa.Text, nullable=False),
+    sa.Column("offered_sha256", sa.Text, nullable=False),
+    sa.Index(None, "at"),
+)
+
 worker_heartbeats = sa.Table(
     "worker_heartbeats",
     metadata,

@@ -82,10 +82,17 @@ def purge(
         started = time.perf_counter()
         effects, attempts = purge_batch(engine, cutoff, batch_size)
         if effects == 0:
+            purge_mismatches(engine, cutoff)
             return done
         done = done.plus(effects, attempts, time.perf_counter() - started)
         if on_batch is not None:
             on_batch(done)
+
+
+def purge_mismatches(engine: Engine, cutoff: dt.datetime) -> None:
+    """enqueue()'s payload mismatches past the horizon (few rows: one statement)."""
+    with engine.begin() as conn:
+        conn.execute(_Q["purge_mismatches"], {"cutoff": cutoff})
 
 
 def record_purge(engine: Engine, done: Purged, older_than_s: float, actor: str) -> None:
@@ -117,6 +124,7 @@ async def purge_once(db: DbCalls, settings: Settings, actor: str) -> None:
         if not got or got[0] == 0:
             break
         done = done.plus(got[0], got[1], time.perf_counter() - started)
+    await db.call(purge_mismatches, cutoff)
     await db.call(record_purge, done, older_than_s, actor)
     log.info(
         "retention purge",

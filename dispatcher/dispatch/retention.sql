@@ -36,3 +36,8 @@ WITH doomed AS (
     ON CONFLICT (idempotency_key) DO NOTHING
 )
 SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts;
+
+-- name: purge_mismatches
+-- enqueue()'s payload mismatches older than the cutoff (ix_enqueue_mismatches_at):
+-- they matter for the day status shows, not for the history.
+DELETE FROM enqueue_mismatches WHERE at < :cutoff;

@@ -18,6 +18,7 @@ from spark_outbox.core import db
 from spark_outbox.core.endpoints import add_webhook
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
+from tests.invariants import assert_invariants
 
 pytestmark = pytest.mark.slow
 
@@ -74,3 +75,4 @@ def test_a_postgres_restart_mid_drain_loses_nothing(
         assert sum(seen.values()) - 1500 <= 8 + 20
     finally:
         engine.dispose()
+    assert_invariants(engine)

@@ -21,6 +21,7 @@ from spark_outbox.cli.tools.scratch import free_port
 from spark_outbox.core.endpoints import add_webhook
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply
+from tests.invariants import assert_invariants
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +65,7 @@ def test_four_workers_deliver_every_key_exactly_once(
     assert len(attempts) == 5000 and {a["outcome"] for a in attempts} == {"delivered"}
     # The work was shared: every worker delivered some.
     assert {a["worker_id"] for a in attempts} == {"w0", "w1", "w2", "w3"}
+    assert_invariants(engine)
 
 
 def test_kill_9_mid_send_is_delivered_later_with_the_same_webhook_id(
@@ -84,6 +86,7 @@ def test_kill_9_mid_send_is_delivered_later_with_the_same_webhook_id(
     assert procs.states(engine) == {"delivered": 1}
     (attempt,) = _attempts(engine)  # the victim never recorded its attempt
     assert attempt["worker_id"] == "rescuer" and attempt["attempt"] == 2
+    assert_invariants(engine)
 
 
 def test_a_zombie_worker_cannot_record_an_outcome(
@@ -114,6 +117,7 @@ def test_a_zombie_worker_cannot_record_an_outcome(
             {"k": key},
         ).one()
     assert state == "delivered" and last_error is None
+    assert_invariants(engine)
 
 
 def test_sigterm_finishes_in_flight_hands_back_the_rest_and_exits_0(

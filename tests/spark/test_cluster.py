@@ -26,6 +26,7 @@ from spark_outbox.billing.generate import generate
 from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 from spark_outbox.spark import shipping
 from tests.conftest import insert_billing_endpoints
+from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command
 
@@ -96,6 +97,7 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
     assert invisible > 0 and victims[0] not in replacement
     assert _digest(engine) == _digest(clean)
     assert table(engine, LEFTOVERS)[0][0] == 0
+    assert_invariants(engine)
 
 
 _PAUSED_IN = re.compile(r"outbox-phase: effects_written \(pid \d+, code (\S+)\)")

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
 from tests.conftest import insert_billing_endpoints
+from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver, billing_command
 
@@ -101,6 +102,7 @@ def test_batch_killed_at_named_and_random_points_then_rerun_equals_a_clean_run(
     assert _state(engine) == expected, f"kills: {killed_at}"
     markers = table(engine, "SELECT batch_id, effects_new FROM batches ORDER BY 1")
     assert [m[0] for m in markers] == list(DATES)
+    assert_invariants(engine)
 
 
 @pytest.mark.timeout(1200)
@@ -136,3 +138,4 @@ def test_stream_killed_and_restarted_from_its_checkpoint_equals_a_clean_run(
     driver.kill()
     Driver(command, db_url).finish()
     assert _state(engine, stream=True) == expected
+    assert_invariants(engine)
