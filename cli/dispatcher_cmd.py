@@ -129,6 +129,23 @@ def _serve_metrics(worker: Worker, host: str, port: int) -> None:
         ) from None
 
 
+def _check_role_settings(engine: Any) -> None:
+    """Without connection options the role must carry the dispatcher's settings: say
+    which it lacks, and the statement that gives them (the claim stays correct without
+    them, only slower after a big commit, and its records stay durable)."""
+    with db.translated():
+        missing = store.role_settings_missing(engine)
+    if missing:
+        fix = " ".join(
+            f"ALTER ROLE <dispatcher role> SET {k} = {store.SESSION_SETTINGS[k]};" for k in missing
+        )
+        log.warning(
+            "OUTBOX_STARTUP_OPTIONS=0 and the role lacks the dispatcher's settings "
+            f"({', '.join(f'{k}={v}' for k, v in missing.items())}): {fix}",
+            extra={"event": "dispatcher.role_settings", "missing": sorted(missing)},
+        )
+
+
 def _log_ssrf_allow_list(settings: Settings) -> None:
     """Said at start, so "why is my local receiver refused?" is answered in the log."""
     allowed = ",".join(str(n) for n in settings.ssrf_allow_networks)
@@ -149,8 +166,10 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     settings = _with_flags(args, settings)
     url = database_url(settings)
     engine = db.create_engine(
-        url, pool_size=4, application_name="outbox-dispatcher", **store.ENGINE_OPTIONS
+        url, pool_size=4, application_name="outbox-dispatcher", **store.engine_options(settings)
     )
+    if not settings.startup_options:
+        _check_role_settings(engine)
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:
         _serve_metrics(worker, settings.metrics_host, args.metrics_port)

@@ -9,7 +9,13 @@ import logging
 import time
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    disable_created_metrics,
+    start_http_server,
+)
 
 from spark_outbox.cli import output
 from spark_outbox.cli.database import engine_for
@@ -124,6 +130,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _forever(engine: Any, checker: verify.Checker, args: argparse.Namespace) -> int:
+    disable_created_metrics()  # this process's own: no *_created series beside the counts
     metrics = VerifyMetrics()
     if args.metrics_port:
         try:

@@ -18,8 +18,9 @@ from spark_outbox.core.settings import Settings
     ],
 )
 def test_repr_and_str_of_the_settings_hide_the_database_password(url: str) -> None:
-    settings = Settings.from_env({"DATABASE_URL": url, "HOME": "/nonexistent"})
-    assert settings.database_url == url
+    env = {"DATABASE_URL": url, "OUTBOX_LISTEN_DATABASE_URL": url, "HOME": "/nonexistent"}
+    settings = Settings.from_env(env)
+    assert settings.database_url == url == settings.listen_database_url
     for shown in (repr(settings), str(settings), f"{settings}", f"{settings!r}"):
         assert "s3cret-pw" not in shown
         assert shown.startswith("Settings(database_url=")

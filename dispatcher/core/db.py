@@ -103,6 +103,10 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
 
 
+# PgBouncer's answer to a startup packet carrying ``options``.
+_STARTUP_OPTIONS_REFUSED = "unsupported startup parameter"
+
+
 @contextlib.contextmanager
 def translated() -> Iterator[None]:
     """Driver errors that mean "unreachable" leave as ``DatabaseUnavailable``.
@@ -117,6 +121,15 @@ def translated() -> Iterator[None]:
             raise
         cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
         first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        if _STARTUP_OPTIONS_REFUSED in first_line:
+            # Not an outage: a pooler that refuses startup options refuses every
+            # connection the same way, so retrying would wait forever.
+            raise ConfigurationError(
+                f"the database (or a pooler in front of it) refuses connection options "
+                f"({first_line.split('FATAL:')[-1].strip()}): behind PgBouncer set "
+                "OUTBOX_STARTUP_OPTIONS=0 and put the dispatcher's settings on its role "
+                '(docs/operations.md, "Connections, and PgBouncer")'
+            ) from None
         raise DatabaseUnavailable(
             f"the database is unavailable ({type(cause).__name__}: {first_line})"
         ) from exc

@@ -202,6 +202,14 @@ class Settings:
     # once per connection (store.Statements, dispatcher/dispatch/prepared.py); off behind
     # a PgBouncer in transaction pooling mode.
     prepared_statements: bool = True
+    # The one LISTEN connection of each dispatcher: a URL straight to PostgreSQL when
+    # database_url goes through a PgBouncer in transaction pooling mode (a pooled
+    # server connection does not keep a LISTEN); empty: database_url.
+    listen_database_url: str = ""
+    # The dispatcher's planner and commit settings (store.SESSION_SETTINGS) sent as
+    # connection options; off behind PgBouncer, which refuses them: then they are
+    # set on the dispatcher's role (ALTER ROLE ... SET), and checked at start.
+    startup_options: bool = True
     lease_s: float = 60.0
     poll_interval_s: float = 1.0
     shutdown_timeout_s: float = 30.0
@@ -251,6 +259,8 @@ class Settings:
             concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
             claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
             prepared_statements=_env_flag(env, "OUTBOX_PREPARED_STATEMENTS", default=True),
+            listen_database_url=env.get("OUTBOX_LISTEN_DATABASE_URL", ""),
+            startup_options=_env_flag(env, "OUTBOX_STARTUP_OPTIONS", default=True),
             lease_s=_env_float(
                 env,
                 "OUTBOX_LEASE_S",
@@ -309,7 +319,8 @@ class Settings:
         """The fields, the database URL's password masked: a settings object ends up in
         logs, tracebacks and debuggers, where the password must not."""
         shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if self.database_url:
-            shown["database_url"] = redact(self.database_url)
+        for name in ("database_url", "listen_database_url"):
+            if shown[name]:
+                shown[name] = redact(shown[name])
         fields = ", ".join(f"{name}={value!r}" for name, value in shown.items())
         return f"{type(self).__name__}({fields})"

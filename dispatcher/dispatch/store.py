@@ -44,16 +44,35 @@ log = logging.getLogger(__name__)
 #   in-flight send is at-least-once anyway, and its late record is 'stale'), and
 #   ``record`` commits durably: WAL is flushed in order, so a durable record
 #   makes its claim durable too. Outcomes and the key ledger are never at risk.
+SESSION_SETTINGS = {
+    "enable_bitmapscan": "off",
+    "enable_sort": "off",
+    "synchronous_commit": "off",
+    "jit": "off",
+}
 ENGINE_OPTIONS: dict[str, Any] = {
     "autocommit": True,
     "pre_ping": False,  # DbCalls retries every call on a lost connection
-    "session_settings": {
-        "enable_bitmapscan": "off",
-        "enable_sort": "off",
-        "synchronous_commit": "off",
-        "jit": "off",
-    },
+    "session_settings": SESSION_SETTINGS,
 }
+
+
+def engine_options(settings: Settings) -> dict[str, Any]:
+    """``ENGINE_OPTIONS``, less the connection options when ``startup_options`` is off
+    (PgBouncer refuses them; the role carries the settings: ``role_settings_missing``)."""
+    if settings.startup_options:
+        return ENGINE_OPTIONS
+    return {k: v for k, v in ENGINE_OPTIONS.items() if k != "session_settings"}
+
+
+def role_settings_missing(engine: Engine) -> dict[str, str]:
+    """The settings of ``SESSION_SETTINGS`` a connection does not have, with their
+    values now (checked once at start when they are not sent as options)."""
+    with engine.connect() as conn:
+        rows = conn.execute(_Q["session_settings"], {"names": list(SESSION_SETTINGS)}).all()
+    now: dict[str, str] = {str(r[0]): str(r[1]) for r in rows}
+    return {k: now.get(k, "?") for k, v in SESSION_SETTINGS.items() if now.get(k) != v}
+
 
 # Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
 # 'uncertain': the message was handed over to an endpoint that cannot deduplicate

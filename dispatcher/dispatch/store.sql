@@ -406,3 +406,7 @@ SELECT 'system', 'disable_endpoint', name, paused_reason,
                           'after_s', CAST(:after_s AS float8))
 FROM disabled
 RETURNING target, reason;
+
+-- name: session_settings
+-- At start, without connection options (behind PgBouncer): what the role gives us.
+SELECT name, setting FROM pg_settings WHERE name = ANY(:names);

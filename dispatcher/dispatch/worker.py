@@ -126,7 +126,7 @@ class Worker:
         ]
         s, every = self.settings, functools.partial(periodic.every, stop=self._stopping)
         steps = {
-            "listener": Listener(self._url, self.wake).run(),
+            "listener": Listener(self.settings.listen_database_url or self._url, self.wake).run(),
             "recorder": self._recorder.run(),
             "heartbeat": every(s.heartbeat_interval_s, self._heartbeat),
             # Expired leases of started sends become 'uncertain' (claimable_effects

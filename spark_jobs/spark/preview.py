@@ -48,12 +48,14 @@ def preview(
     results_df: Any,
     effects_df: Any,
     batch_id: str,
+    *,
+    max_connections: int,
 ) -> BatchPreview:
     engine = runs.engine_for(database_url)
     try:
         committed_before = runs.read_marker(engine, job, batch_id) is not None
         endpoints = runs.endpoint_kinds(engine)
-        total = _run_tasks(db.libpq_url(database_url), endpoints, effects_df)
+        total = _run_tasks(db.libpq_url(database_url), endpoints, effects_df, max_connections)
         new_by_endpoint = dict(total.new_by_endpoint)
         with db.translated(), engine.connect() as conn:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
@@ -78,9 +80,13 @@ def preview(
     )
 
 
-def _run_tasks(dsn: str, endpoints: dict[str, str], effects_df: Any) -> TaskReport:
-    """One task per partition, twins of a key in one partition; the reports added up."""
+def _run_tasks(
+    dsn: str, endpoints: dict[str, str], effects_df: Any, max_connections: int
+) -> TaskReport:
+    """One task per partition (at most ``max_connections``: each holds a connection),
+    twins of a key in one partition; the reports added up."""
     frame = effect_frame(effects_df)
-    frame = frame.repartition(max(frame.rdd.getNumPartitions(), 1), "idempotency_key")
+    partitions = min(max(frame.rdd.getNumPartitions(), 1), max_connections)
+    frame = frame.repartition(partitions, "idempotency_key")
     rows = frame.mapInArrow(preview_writer(dsn, endpoints), REPORT_SCHEMA).collect()
     return sum((TaskReport.from_row(row) for row in rows), TaskReport())

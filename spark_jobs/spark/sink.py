@@ -36,6 +36,8 @@ from spark_outbox.spark.results import ResultsSpec
 from spark_outbox.spark.streams import stream_batch_id
 
 log = logging.getLogger(__name__)
+# Executor connections a batch may hold at once (OutboxSink.max_connections).
+DEFAULT_MAX_CONNECTIONS = 16
 # (micro-batch, its batch id) -> (results or None, effects); DataFrames are untyped here.
 Derive = Callable[[Any, str], tuple[Any, Any]]
 
@@ -51,12 +53,22 @@ class OutboxSink:
     chunk_rows: int = CHUNK_ROWS
     # A run older than this that has not committed is swept with its rows.
     abandoned_after_s: float = 3600.0
+    # At most this many executor tasks write at once, each on its own connection: a
+    # frame with more partitions is coalesced to this many (as Spark's JDBC writer
+    # does with numPartitions), so 200 partitions never open 200 connections.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     # Holds an outsized batch for an operator (guard.py); VolumeGuard.off() disables.
     volume_guard: VolumeGuard = dataclasses.field(default_factory=VolumeGuard)
 
     def __post_init__(self) -> None:
         if self.on_invalid not in ("reject", "fail"):
             raise ConfigurationError(f"on_invalid={self.on_invalid!r}: use 'reject' or 'fail'")
+        bound = self.max_connections
+        if isinstance(bound, bool) or not isinstance(bound, int) or not 1 <= bound <= 10_000:
+            raise ConfigurationError(
+                f"max_connections={bound!r}: use a whole number from 1 to 10000 (at most the "
+                "connections PostgreSQL or the pooler in front of it grants the sink)"
+            )
 
     def foreach_batch(
         self, derive: Derive, *, checkpoint: str | Path | None = None
@@ -115,7 +127,13 @@ class OutboxSink:
         """What ``write`` would do with this batch, computed in full, written nowhere
         (spark_outbox.spark.preview): new, same-payload and changed keys, rejects, the guard."""
         return preview.preview(
-            self.job, self.database_url, self.volume_guard, results_df, effects_df, batch_id
+            self.job,
+            self.database_url,
+            self.volume_guard,
+            results_df,
+            effects_df,
+            batch_id,
+            max_connections=self.max_connections,
         )
 
     def _write_on_executors(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.Written:
@@ -123,13 +141,20 @@ class OutboxSink:
 
         ``collect`` returns the reports of the task attempts that succeeded only.
         """
-        effects = effect_frame(effects_df).mapInArrow(
-            effects_writer(run, self.chunk_rows), REPORT_SCHEMA
+        bound = self.max_connections
+        effects = (
+            effect_frame(effects_df)
+            .coalesce(bound)
+            .mapInArrow(effects_writer(run, self.chunk_rows), REPORT_SCHEMA)
         )
         effect_tasks = tuple(TaskReport.from_row(row) for row in effects.collect())
         result_tasks: tuple[TaskReport, ...] = ()
         if results_df is not None:
-            results = result_frame(results_df).mapInArrow(results_writer(run), REPORT_SCHEMA)
+            results = (
+                result_frame(results_df)
+                .coalesce(bound)
+                .mapInArrow(results_writer(run), REPORT_SCHEMA)
+            )
             result_tasks = tuple(TaskReport.from_row(row) for row in results.collect())
         return commit.Written(effect_tasks, result_tasks)
 

@@ -131,7 +131,26 @@ def test_a_dispatcher_logs_its_allow_list_and_exports_the_metrics_the_docs_list(
     assert allow["ssrf_allow_networks"] == "127.0.0.0/8" and "127.0.0.0/8" in allow["msg"]
     with TestClient(create_app(settings)) as client:
         api = _exported(client.get("/metrics").text)
-    assert documented_metric_names() == dispatcher | api
+    assert documented_metric_names() == dispatcher | api | _verify_exports(db_url)
+
+
+def _verify_exports(db_url: str) -> set[str]:
+    """What ``outbox verify`` serves while it runs."""
+    port = free_port()
+    run = ["verify", "--interval", "0.2", "--metrics-port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark_outbox", *run],
+        cwd=ROOT,
+        env=procs.worker_env(db_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        procs.wait_for(lambda: _up(port), 30, "the verify metrics server")
+        return _exported(httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _up(port: int) -> bool:
