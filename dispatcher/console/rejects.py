@@ -28,7 +28,7 @@ from spark_outbox.console.masking import MASK, mask_payload, mask_text, masked_v
 from spark_outbox.console.operations import MAX_BULK_CAP, check_cap
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.enqueue import enqueue
-from spark_outbox.core.errors import InvalidEffect, UnknownEndpoint
+from spark_outbox.core.errors import Conflict, InvalidEffect, UnknownEndpoint
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "rejects.sql")
@@ -171,9 +171,19 @@ def requeue(
     that still fail (the endpoint is still missing, or another rule now refuses
     them) stay rejects and are counted by reason. A dry run does everything in a
     savepoint and rolls it back: its counts are exact, and nothing is written.
+
+    The batch's hold (the volume guard) binds its requeued rows too: from a held
+    batch they wait with it (sent on release, cancelled on cancel); a cancelled
+    batch's rejects are refused (``Conflict``), as nothing of it is delivered.
     """
     reason = check_reason(reason)
     check_cap(cap)
+    hold = conn.execute(_Q["lock_batch_hold"], {"job": job, "batch_id": batch_id}).first()
+    if hold is not None and hold.hold_state == "cancelled":
+        raise Conflict(
+            f"batch {batch_id!r} of job {job!r} was cancelled: nothing of it is delivered, "
+            "so its rejects are not requeued; enqueue the rows again as a new batch"
+        )
     params = {"job": job, "batch_id": batch_id, "prefix": UnknownEndpoint.PREFIX}
     rows = conn.execute(_Q["requeueable_rejects"], params | {"limit": cap + 1}).all()
     done = RequeuedRejects(job, batch_id, len(rows), 0, 0, {}, dry_run, cap)
@@ -181,9 +191,14 @@ def requeue(
         return done  # the caller says "more than cap": nothing is changed
     trial = conn.begin_nested()
     try:
-        enqueued, known, refused, cured = _enqueue_rows(conn, rows)
+        enqueued, known, refused, cured, new_keys = _enqueue_rows(conn, rows)
         if cured:
             conn.execute(_Q["mark_requeued"], {"ids": cured})
+        if new_keys and hold is not None and hold.hold_state == "held":
+            conn.execute(
+                _Q["wait_with_held_batch"],
+                {"job": job, "batch_id": batch_id, "run_id": hold.run_id, "keys": new_keys},
+            )
     finally:
         if dry_run:
             trial.rollback()
@@ -204,11 +219,13 @@ def requeue(
 
 def _enqueue_rows(
     conn: Connection, rows: Sequence[Any]
-) -> tuple[int, int, dict[str, int], list[int]]:
-    """(new, known, refused reasons, ids of the rejects that are effects now)."""
+) -> tuple[int, int, dict[str, int], list[int], list[str]]:
+    """(new, known, refused reasons, ids of the rejects that are effects now, keys of
+    the new effects)."""
     enqueued = known = 0
     refused: dict[str, int] = {}
     cured: list[int] = []
+    new_keys: list[str] = []
     for row in rows:
         raw = row.raw_row if isinstance(row.raw_row, dict) else {}
         try:
@@ -230,9 +247,10 @@ def _enqueue_rows(
         cured.append(row.id)
         if done.new:
             enqueued += 1
+            new_keys.append(done.idempotency_key)
         else:
             known += 1
-    return enqueued, known, refused, cured
+    return enqueued, known, refused, cured, new_keys
 
 
 def _instant(value: Any) -> Any:
