@@ -10,7 +10,7 @@ import string
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from spark_outbox.console import masking
+from spark_outbox.core import masking
 
 PAN = "4111111111111111"
 PATHS = ["card.pan"]

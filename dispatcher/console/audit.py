@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
-from spark_outbox.console import masking
 from spark_outbox.console.filters import Cursor, EffectFilter, check_limit
+from spark_outbox.core import masking
 from spark_outbox.core.errors import NotFound
 from spark_outbox.core.sqlfile import queries_beside
 

@@ -24,11 +24,11 @@ from sqlalchemy.engine import Connection
 
 from spark_outbox.console.audit import from_row
 from spark_outbox.console.filters import MAX_BIGINT, InvalidFilter, check_limit
-from spark_outbox.console.masking import MASK, mask_payload, mask_text, masked_values
 from spark_outbox.console.operations import MAX_BULK_CAP, check_cap
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.errors import Conflict, InvalidEffect, UnknownEndpoint
+from spark_outbox.core.masking import MASK, mask_payload, mask_text, masked_values
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "rejects.sql")

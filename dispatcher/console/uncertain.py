@@ -19,10 +19,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.engine import Connection
 
-from spark_outbox.console import masking
 from spark_outbox.console.audit import from_row
 from spark_outbox.console.operations import MAX_BULK_CAP, check_cap
-from spark_outbox.core import endpoints, wakeup
+from spark_outbox.core import endpoints, masking, wakeup
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside

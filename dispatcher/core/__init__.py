@@ -2,6 +2,7 @@
 
 The schema and the current text of its views, functions and triggers; the effect
 contract, keys and ``enqueue``; the endpoint registry; connecting, errors,
-settings, wake-ups and the audit-log writer. It imports nothing of the hot path
+settings, wake-ups, the audit-log writer, and the masking of what the support role
+sees (used by the console's reads and by retention's purge). It imports nothing of the hot path
 (``spark_outbox.dispatch``), the console (``spark_outbox.console``), the API or Spark.
 """

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from spark_outbox.api.routes.effects import spreadsheet_safe
-from spark_outbox.console import masking
+from spark_outbox.core import masking
 from spark_outbox.core.schema import key_ledger
 from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens, window

@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
-from spark_outbox.console import echoes
+from spark_outbox.core import echoes
 
 MASK = "***"
 _SHORT = echoes.SHORT  # values shorter than this are masked as whole words only
