@@ -47,7 +47,13 @@ def purge(args: argparse.Namespace, settings: Settings) -> int:
             if done.batches % 50 == 0:
                 print(f"  ... {done.effects} effects purged", file=sys.stderr, flush=True)
 
-        done = retention.purge(engine, cutoff, args.batch_size, on_batch=progress)
+        done = retention.purge(
+            engine,
+            cutoff,
+            args.batch_size,
+            sensitive=settings.sensitive_fields,
+            on_batch=progress,
+        )
         retention.record_purge(engine, done, older_than_s, cli_actor())
     finally:
         engine.dispose()

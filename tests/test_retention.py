@@ -177,6 +177,43 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
     assert actor == "dispatcher:w-ret"
 
 
+def test_a_dispatchers_purge_masks_what_last_error_echoed_of_the_payload(
+    engine: Engine, settings: Settings
+) -> None:
+    """The side task masks with the dispatcher's OUTBOX_SENSITIVE_FIELDS before the
+    payload that masking needs is dropped; text echoing nothing stays as it was."""
+    insert_billing_endpoints(engine)
+    with engine.begin() as conn:
+        echoing = add_effect(conn, "echo", payload={"card": {"pan": "4111111111111111"}})
+        add_attempt(conn, echoing, "dead", status_code=422, error="card 4111111111111111 bad")
+        plain = add_effect(conn, "plain", payload={"card": {"pan": "5500000000000004"}})
+        add_attempt(conn, plain, "dead", status_code=400, error="HTTP 400: no such invoice")
+        conn.execute(sa.text("UPDATE effects SET updated_at = now() - interval '40 days'"))
+    s = dataclasses.replace(
+        settings,
+        retention_older_than_s=THIRTY_DAYS_S,
+        sensitive_fields=("card.pan",),
+        poll_interval_s=0.1,
+    )
+
+    async def main() -> int:
+        worker = Worker(s, engine, database_url=s.database_url)
+        running = asyncio.create_task(worker.run())
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+            if all(r["purged_at"] for r in _rows(engine).values()):
+                break
+        worker.stop()
+        return await running
+
+    assert asyncio.run(main()) == 0
+    with engine.connect() as conn:
+        errors = dict(
+            conn.execute(sa.text("SELECT idempotency_key, last_error FROM effects")).all()
+        )
+    assert errors == {echoing.key: "card *** bad", plain.key: "HTTP 400: no such invoice"}
+
+
 def test_retention_settings_are_read_and_checked_at_start() -> None:
     on = Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "30d"})
     assert on.retention_older_than_s == THIRTY_DAYS_S and on.retention_batch_size == 1000

@@ -10,6 +10,12 @@ A purged effect keeps a stub row (key, state, endpoint, batch, reference,
 timestamps, ``purged_at``; payload ``{}``), so the API, the support page and
 reconciliation still say what happened to the key, and its key is written to
 ``key_ledger`` with the final state: a finished key is never enqueued again.
+
+The stub's ``last_error`` is outside text that may echo the payload (a receiver's
+"card 4111... declined"); the support role's view masks it with the values the
+payload holds at ``OUTBOX_SENSITIVE_FIELDS`` (``spark_outbox.core.masking``), which
+the purge drops. So the purge masks it first, in the same transaction, with the
+payload it is about to drop: what retention removes is gone from every view.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
+from spark_outbox.core import masking
 from spark_outbox.core.auditlog import record_action
 from spark_outbox.core.durations import describe_s
 from spark_outbox.core.errors import InvalidRequest
@@ -58,15 +66,33 @@ def count_purgeable(engine: Engine, cutoff: dt.datetime) -> int:
         return int(conn.execute(_Q["count_purgeable"], {"cutoff": cutoff}).scalar_one())
 
 
-def purge_batch(engine: Engine, cutoff: dt.datetime, batch_size: int) -> tuple[int, int]:
-    """One batch, one transaction: (effects purged, attempts deleted)."""
+def purge_batch(
+    engine: Engine, cutoff: dt.datetime, batch_size: int, sensitive: Sequence[str] = ()
+) -> tuple[int, int]:
+    """One batch, one transaction: (effects purged, attempts deleted). ``sensitive``:
+    the payload paths whose values are masked in the purged rows' ``last_error``."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidRequest(
             "batch_size", f"{batch_size} is out of range", f"use 1 to {MAX_BATCH_SIZE}"
         )
     with engine.begin() as conn:
         row = conn.execute(_Q["purge_batch"], {"cutoff": cutoff, "batch_size": batch_size}).one()
-    return int(row[0]), int(row[1])
+        scrubbed = _scrubbed(row.errors or [], sensitive)
+        if scrubbed:
+            ids, errors = zip(*scrubbed, strict=True)
+            conn.execute(_Q["scrub_errors"], {"ids": list(ids), "errors": list(errors)})
+    return int(row.effects), int(row.attempts)
+
+
+def _scrubbed(errors: list[list[Any]], sensitive: Sequence[str]) -> list[tuple[int, str]]:
+    """(id, masked last_error) of the rows whose text masking changes."""
+    changed = []
+    for effect_id, payload, text in errors:
+        values = masking.masked_values(payload, sensitive)
+        masked = masking.mask_text(text, sensitive, values)
+        if masked != text:
+            changed.append((int(effect_id), str(masked)))
+    return changed
 
 
 def purge(
@@ -74,13 +100,14 @@ def purge(
     cutoff: dt.datetime,
     batch_size: int,
     *,
+    sensitive: Sequence[str] = (),
     on_batch: Callable[[Purged], None] | None = None,
 ) -> Purged:
     """Purge every finished effect older than ``cutoff``, batch after batch."""
     done = Purged()
     while True:
         started = time.perf_counter()
-        effects, attempts = purge_batch(engine, cutoff, batch_size)
+        effects, attempts = purge_batch(engine, cutoff, batch_size, sensitive)
         if effects == 0:
             purge_mismatches(engine, cutoff)
             return done
@@ -120,7 +147,9 @@ async def purge_once(db: DbCalls, settings: Settings, actor: str) -> None:
     cutoff, done = cutoff_for(older_than_s), Purged()
     while True:
         started = time.perf_counter()
-        got = await db.call(purge_batch, cutoff, settings.retention_batch_size)
+        got = await db.call(
+            purge_batch, cutoff, settings.retention_batch_size, settings.sensitive_fields
+        )
         if not got or got[0] == 0:
             break
         done = done.plus(got[0], got[1], time.perf_counter() - started)

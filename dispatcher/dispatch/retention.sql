@@ -9,9 +9,11 @@ WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
 -- One small batch in its own short transaction: the oldest finished rows, locked
 -- with SKIP LOCKED (several purgers share the work, nothing waits), lose their
 -- payload and attempts; the row stays as a stub and the key goes to the ledger
--- with its final state, so it can never be enqueued or sent again.
+-- with its final state, so it can never be enqueued or sent again. The rows with a
+-- last_error come back with the payload they had (the CTEs share one snapshot), for
+-- the purge to mask that outside text before the payload is gone (scrub_errors).
 WITH doomed AS (
-    SELECT id FROM effects
+    SELECT id, payload, last_error FROM effects
     WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
       AND updated_at < :cutoff
     ORDER BY updated_at, id
@@ -35,7 +37,16 @@ WITH doomed AS (
     FROM purged
     ON CONFLICT (idempotency_key) DO NOTHING
 )
-SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts;
+SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts,
+       (SELECT jsonb_agg(jsonb_build_array(id, payload, last_error)) FROM doomed
+        WHERE last_error IS NOT NULL) AS errors;
+
+-- name: scrub_errors
+-- In the purge's transaction: the purged rows' last_error, masked with the payload
+-- just dropped (a masked text can no longer be masked once the payload is gone).
+UPDATE effects e SET last_error = s.last_error
+FROM unnest(CAST(:ids AS bigint[]), CAST(:errors AS text[])) AS s(id, last_error)
+WHERE e.id = s.id;
 
 -- name: purge_mismatches
 -- enqueue()'s payload mismatches older than the cutoff (ix_enqueue_mismatches_at):
