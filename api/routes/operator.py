@@ -116,10 +116,11 @@ def requeue_rejects(
 )
 def operator_actions(
     conn: Conn,
-    _: Reader,
+    token: Reader,
     limit: Annotated[int, PAGE_LIMIT] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=2**62, description="keyset: id <")] = None,
 ) -> list[OperatorActionPublic]:
-    """The audit trail of operator actions, newest first."""
-    actions = audit.operator_actions(conn, limit=limit, before_id=before_id)
+    """The audit trail of operator actions, newest first (URLs masked for support)."""
+    support = not token.is_operator
+    actions = audit.operator_actions(conn, limit=limit, before_id=before_id, support=support)
     return [OperatorActionPublic.model_validate(a) for a in actions]

@@ -13,12 +13,11 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sqlalchemy.engine import Connection
 
 from spark_outbox.console import tokens
-from spark_outbox.core import endpoints
+from spark_outbox.core import endpoints, masking
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
@@ -46,17 +45,10 @@ class Rotation:
     previous_valid_until: dt.datetime | None  # None: the old secret stopped at once
 
 
-def masked_url(url: str | None) -> str | None:
-    """The URL with every query value masked: receivers sometimes take a token there."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    query = urlencode([(k, MASK) for k, _ in parse_qsl(parts.query, keep_blank_values=True)])
-    return urlunsplit(parts._replace(query=query))
-
-
 def _audit_view(field: str, value: Any) -> Any:
-    return masked_url(value) if field == "url" else value
+    """A URL is recorded masked (``masking.masked_url``: receivers take tokens in the
+    path and the query); the audit trail is no place for a secret."""
+    return masking.masked_url(value) if field == "url" else value
 
 
 def create_webhook(

@@ -279,9 +279,32 @@ def batches_of_job(conn: Connection, job: str, *, limit: int = 100) -> list[Batc
 
 
 def operator_actions(
-    conn: Connection, *, limit: int = 100, before_id: int | None = None
+    conn: Connection, *, limit: int = 100, before_id: int | None = None, support: bool = False
 ) -> list[OperatorAction]:
+    """The trail, newest first; ``support``: every URL in it masked (``masking``, rule
+    3), rows recorded before URLs were masked on the way in included."""
     rows = conn.execute(
         _Q["operator_actions"], {"limit": check_limit(limit), "before_id": before_id}
     )
-    return [from_row(OperatorAction, r) for r in rows.mappings()]
+    actions = [from_row(OperatorAction, r) for r in rows.mappings()]
+    if not support:
+        return actions
+    return [
+        dataclasses.replace(
+            a,
+            target=masking.mask_urls(a.target),
+            reason=masking.mask_urls(a.reason),
+            details=_urls_masked(a.details),
+        )
+        for a in actions
+    ]
+
+
+def _urls_masked(value: Any) -> Any:
+    if isinstance(value, str):
+        return masking.mask_urls(value)
+    if isinstance(value, dict):
+        return {k: _urls_masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_urls_masked(v) for v in value]
+    return value

@@ -21,6 +21,14 @@ The rules (docs/api.md, "Masking for the support role"):
       cut at 2 KiB) ends with the value's first characters: from 4 on, they are
       masked too.
 
+3. A URL (an endpoint's, in the operators' audit trail, or any ``http(s)://`` in
+   outside text) keeps its scheme, host, port and the path segments that read as
+   plain words (lowercase words of up to 12 letters, joined by ``-`` or ``_``, and
+   versions such as ``v2``); every other segment (``T000``, a token, an id), the
+   user and password, every query value and the fragment become ``***``
+   (``masked_url``). Receivers put their secret in the path as often as in the
+   query (``/services/T000/B000/<token>``).
+
 E-mail addresses as such are not masked: the recipient is shown to support by
 design (it is what they search by); list ``customer.email`` to mask it where the
 payload carries it.
@@ -30,8 +38,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from spark_outbox.core import echoes
 
@@ -113,7 +123,7 @@ def mask_text(text: str | None, paths: Sequence[str], values: Sequence[str]) -> 
     """Outside text with rule 2 applied (``values`` from ``masked_values``)."""
     if not text or not paths:
         return text
-    text = _mask_json(text, paths)
+    text = mask_urls(_mask_json(text, paths))
     if not values:
         return text
     return echoes.masked(text, values, MASK)
@@ -132,3 +142,25 @@ def _mask_json(text: str, paths: Sequence[str]) -> str:
         if isinstance(parsed, dict | list):
             return before + json.dumps(_masked_copy(parsed, paths), ensure_ascii=False)
     return text
+
+
+_WORD = re.compile(r"[a-z]{1,12}(?:[-_][a-z]{1,12})*|v[0-9]{1,2}")
+_URL = re.compile(r"https?://[^\s\"'<>]+", re.IGNORECASE)
+
+
+def masked_url(url: str | None) -> str | None:
+    """Rule 3: the URL with what may be a secret replaced by ``***``."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{MASK}@{host}" if "@" in parts.netloc else host
+    path = "/".join(s if not s or _WORD.fullmatch(s) else MASK for s in parts.path.split("/"))
+    query = urlencode([(k, MASK) for k, _ in parse_qsl(parts.query, keep_blank_values=True)])
+    fragment = MASK if parts.fragment else ""
+    return urlunsplit((parts.scheme, netloc, path, query, fragment))
+
+
+def mask_urls(text: str) -> str:
+    """Every ``http(s)://`` URL in outside text, masked by rule 3."""
+    return _URL.sub(lambda m: masked_url(m.group(0)) or "", text)

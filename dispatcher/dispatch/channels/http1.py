@@ -47,6 +47,7 @@ from typing import Any
 
 import httptools
 
+from spark_outbox.core import masking
 from spark_outbox.core.outside import EXCERPT_BYTES
 from spark_outbox.dispatch import ssrf
 
@@ -162,17 +163,18 @@ class Target:
     __slots__ = ("host", "host_header", "key", "path", "port", "tls")
 
     def __init__(self, url: str) -> None:
+        shown = masking.masked_url(url)  # the error is stored where support reads it
         try:
             parts = urllib.parse.urlsplit(url)
             port = parts.port
         except ValueError as exc:
-            raise Failure("InvalidUrl", f"{url!r}: {exc}; fix the endpoint's URL") from exc
+            raise Failure("InvalidUrl", f"{shown!r}: {exc}; fix the endpoint's URL") from exc
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise Failure(
-                "InvalidUrl", f"{url!r} is not an http(s) URL with a host; fix the endpoint's URL"
+                "InvalidUrl", f"{shown!r} is not an http(s) URL with a host; fix the endpoint's URL"
             )
         if any(c in url for c in "\r\n\t ") or not url.isascii():
-            raise Failure("InvalidUrl", f"{url!r} has spaces or non-ASCII characters")
+            raise Failure("InvalidUrl", f"{shown!r} has spaces or non-ASCII characters")
         self.tls = parts.scheme == "https"
         self.host = parts.hostname
         self.port = port or (443 if self.tls else 80)
