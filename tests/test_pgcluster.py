@@ -269,3 +269,33 @@ def test_the_cluster_info_shows_no_password_but_its_url_still_carries_it(
         assert info.password not in shown
         assert f"port={info.port}" in shown
     assert _query(info.url) == 1
+
+
+def test_the_application_role_is_no_superuser_and_owns_its_database(
+    cluster: PrivateCluster,
+) -> None:
+    """The URL every command gets names a role with only what the outbox needs: it
+    logs in, creates databases (the demo's, the tests' and benches' scratch ones),
+    owns the ``outbox`` database and so its ``public`` schema; it is no superuser and
+    creates no roles. The bootstrap superuser only sets the cluster up."""
+    info = cluster.ensure_running()
+    conn = psycopg2.connect(info.url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls"
+                " FROM pg_roles WHERE rolname = current_user"
+            )
+            assert cur.fetchone() == (False, False, True, False, False)
+            cur.execute(
+                "SELECT pg_get_userbyid(datdba) = current_user FROM pg_database"
+                " WHERE datname = current_database()"
+            )
+            assert cur.fetchone() == (True,)
+            cur.execute("SELECT has_schema_privilege('public', 'CREATE')")
+            assert cur.fetchone() == (True,)
+    finally:
+        conn.close()
+    assert info.admin_password and info.admin_password not in info.url
+    for shown in (repr(info), str(info)):
+        assert info.admin_password not in shown

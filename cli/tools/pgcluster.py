@@ -12,6 +12,15 @@ user or is writable by others.
 PostgreSQL refuses to run as root; as root, the server commands run as the
 unprivileged ``postgres`` user through ``runuser``, and the data directory is
 placed where that user can reach it.
+
+Two roles, each with its own password in ``cluster.json``: ``outbox_admin``, the
+bootstrap superuser, only sets the cluster up (the application role and the
+``outbox`` database, at each start); ``outbox``, the role in the URL every command
+gets, is no superuser: it logs in, may create databases (the demo's and the tests'
+scratch ones, which it then owns) and owns the ``outbox`` database, so the
+migrations create their tables in its ``public`` schema (docs/operations.md,
+"The database role"). A cluster made by a version before the split has only
+``outbox``, a superuser: it keeps working, with a warning saying how to re-create it.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ from spark_outbox.core.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
-SUPERUSER = "outbox"
+ADMIN_ROLE = "outbox_admin"  # the bootstrap superuser: sets the cluster up, nothing else
+APP_ROLE = "outbox"  # the URL's role: no superuser (see _create_database for its grants)
 DATABASE = "outbox"
 SERVER_USER = "postgres"
 _STATE_FILE = "cluster.json"
@@ -52,10 +62,13 @@ class ClusterInfo:
     # Out of repr (and so of str, logs and tracebacks); ``url`` still carries it.
     password: str = dataclasses.field(repr=False)
     bin_dir: Path
+    # The bootstrap superuser's; None: a cluster made before the roles were split,
+    # whose only role (APP_ROLE) is that superuser.
+    admin_password: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        return f"postgresql://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{DATABASE}"
+        return f"postgresql://{APP_ROLE}:{self.password}@127.0.0.1:{self.port}/{DATABASE}"
 
 
 def find_bin_dir() -> Path:
@@ -254,6 +267,7 @@ class PrivateCluster:
             port=int(raw["port"]),
             password=str(raw["password"]),
             bin_dir=Path(raw["bin_dir"]),
+            admin_password=raw.get("admin_password"),
         )
 
     def _save(self, info: ClusterInfo) -> None:
@@ -261,9 +275,10 @@ class PrivateCluster:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             os.fchmod(fd, 0o600)
-            json.dump(
-                {"port": info.port, "password": info.password, "bin_dir": str(info.bin_dir)}, f
-            )
+            saved = {"port": info.port, "password": info.password, "bin_dir": str(info.bin_dir)}
+            if info.admin_password is not None:
+                saved["admin_password"] = info.admin_password
+            json.dump(saved, f)
 
     def _run(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(_as_server_user(cmd), capture_output=True, text=True, check=False)
@@ -287,9 +302,9 @@ class PrivateCluster:
             shutil.rmtree(self.data_dir)  # a half-made cluster from an interrupted initdb
         self.data_dir.mkdir(mode=0o700)
         self._chown_to_server_user(self.data_dir)
-        password = secrets.token_urlsafe(24)
+        admin_password = secrets.token_urlsafe(24)
         with tempfile.NamedTemporaryFile("w", dir=self.state_dir, delete=False) as pwfile:
-            pwfile.write(password + "\n")
+            pwfile.write(admin_password + "\n")
         pwpath = Path(pwfile.name)
         try:
             pwpath.chmod(0o600)
@@ -300,7 +315,7 @@ class PrivateCluster:
                     "-D",
                     str(self.data_dir),
                     "-U",
-                    SUPERUSER,
+                    ADMIN_ROLE,
                     f"--pwfile={pwpath}",
                     "--auth-local=scram-sha-256",
                     "--auth-host=scram-sha-256",
@@ -311,7 +326,9 @@ class PrivateCluster:
             )
         finally:
             pwpath.unlink(missing_ok=True)
-        info = ClusterInfo(self.data_dir, free_port(), password, bin_dir)
+        info = ClusterInfo(
+            self.data_dir, free_port(), secrets.token_urlsafe(24), bin_dir, admin_password
+        )
         self._save(info)
         log.info(
             "initialised private PostgreSQL",
@@ -366,21 +383,56 @@ class PrivateCluster:
         return info
 
     def _create_database(self, info: ClusterInfo) -> None:
-        import psycopg2  # local: keeps `outbox db status` free of the driver when not needed
+        """As the bootstrap superuser: the application role, with only these grants,
+        and the ``outbox`` database it owns (both made once; the password set each
+        start, so the role always matches ``cluster.json``).
 
+        - LOGIN, with a SCRAM password;
+        - CREATEDB: the demo, the tests and the benches create scratch databases,
+          cloned from a template it marks as one (an owner may);
+        - owner of ``outbox``: in PostgreSQL 15 the ``public`` schema belongs to the
+          database's owner, so the migrations create and alter the tables there;
+        - NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS: nothing at run time
+          needs more (no extension is created; LISTEN/NOTIFY, advisory locks and
+          the session settings the dispatcher sets are open to every role).
+        """
+        import psycopg2  # local: keeps `outbox db status` free of the driver when not needed
+        from psycopg2 import sql
+
+        legacy = info.admin_password is None
         conn = psycopg2.connect(
             host="127.0.0.1",
             port=info.port,
-            user=SUPERUSER,
-            password=info.password,
+            user=APP_ROLE if legacy else ADMIN_ROLE,
+            password=info.password if legacy else info.admin_password,
             dbname="postgres",
         )
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
+                if legacy:
+                    log.warning(
+                        "the private cluster's application role is a superuser (made by an "
+                        "older version); to re-create it, `outbox db stop` and remove %s",
+                        self.data_dir,
+                        extra={"event": "db.superuser_role"},
+                    )
+                else:
+                    cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,))
+                    verb = "ALTER" if cur.fetchone() else "CREATE"
+                    cur.execute(
+                        sql.SQL(
+                            verb + " ROLE {} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE "
+                            "NOREPLICATION NOBYPASSRLS PASSWORD {}"
+                        ).format(sql.Identifier(APP_ROLE), sql.Literal(info.password))
+                    )
                 cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
                 if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{DATABASE}"')
+                    cur.execute(
+                        sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                            sql.Identifier(DATABASE), sql.Identifier(APP_ROLE)
+                        )
+                    )
         finally:
             conn.close()
 
