@@ -208,7 +208,7 @@ def test_a_dispatchers_purge_masks_what_last_error_echoed_of_the_payload(
 
     assert asyncio.run(main()) == 0
     with engine.connect() as conn:
-        errors = dict(
+        errors: dict[str, str] = dict(
             conn.execute(sa.text("SELECT idempotency_key, last_error FROM effects")).all()
         )
     assert errors == {echoing.key: "card *** bad", plain.key: "HTTP 400: no such invoice"}
