@@ -13,7 +13,7 @@ PostgreSQL refuses to run as root; as root, the server commands run as the
 unprivileged ``postgres`` user through ``runuser``, and the data directory is
 placed where that user can reach it.
 
-Two roles, each with its own password in ``cluster.json``: ``outbox_admin``, the
+Two roles, each with its own password in ``cluster.json``: ``postgres``, the
 bootstrap superuser, only sets the cluster up (the application role and the
 ``outbox`` database, at each start); ``outbox``, the role in the URL every command
 gets, is no superuser: it logs in, may create databases (the demo's and the tests'
@@ -48,7 +48,7 @@ from spark_outbox.core.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
-ADMIN_ROLE = "outbox_admin"  # the bootstrap superuser: sets the cluster up, nothing else
+ADMIN_ROLE = "postgres"  # the bootstrap superuser: sets the cluster up, nothing else
 APP_ROLE = "outbox"  # the URL's role: no superuser (see _create_database for its grants)
 DATABASE = "outbox"
 SERVER_USER = "postgres"
