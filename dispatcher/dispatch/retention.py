@@ -76,7 +76,8 @@ def purge_batch(
             "batch_size", f"{batch_size} is out of range", f"use 1 to {MAX_BATCH_SIZE}"
         )
     with engine.begin() as conn:
-        row = conn.execute(_Q["purge_batch"], {"cutoff": cutoff, "batch_size": batch_size}).one()
+        params = {"cutoff": cutoff, "batch_size": batch_size, "masking": bool(sensitive)}
+        row = conn.execute(_Q["purge_batch"], params).one()
         scrubbed = _scrubbed(row.errors or [], sensitive)
         if scrubbed:
             ids, errors = zip(*scrubbed, strict=True)

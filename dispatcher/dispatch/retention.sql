@@ -11,7 +11,8 @@ WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
 -- payload and attempts; the row stays as a stub and the key goes to the ledger
 -- with its final state, so it can never be enqueued or sent again. The rows with a
 -- last_error come back with the payload they had (the CTEs share one snapshot), for
--- the purge to mask that outside text before the payload is gone (scrub_errors).
+-- the purge to mask that outside text before the payload is gone (scrub_errors);
+-- only when there is something to mask (:masking: OUTBOX_SENSITIVE_FIELDS is set).
 WITH doomed AS (
     SELECT id, payload, last_error FROM effects
     WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
@@ -39,7 +40,7 @@ WITH doomed AS (
 )
 SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts,
        (SELECT jsonb_agg(jsonb_build_array(id, payload, last_error)) FROM doomed
-        WHERE last_error IS NOT NULL) AS errors;
+        WHERE last_error IS NOT NULL AND CAST(:masking AS boolean)) AS errors;
 
 -- name: scrub_errors
 -- In the purge's transaction: the purged rows' last_error, masked with the payload

@@ -140,7 +140,9 @@ def test_search_by_reference_uses_the_reference_index(loaded: Connection) -> Non
 
 def test_retention_and_recover_read_through_their_indexes(loaded: Connection) -> None:
     now = dt.datetime.now(dt.UTC)
-    purge = _plan(loaded, RETENTION["purge_batch"], {"cutoff": now, "batch_size": 100})
+    purge = _plan(
+        loaded, RETENTION["purge_batch"], {"cutoff": now, "batch_size": 100, "masking": True}
+    )
     # The batch is found through the purgeable index, never by scanning effects; its
     # attempts by effect_id (a nested loop at 100k+ effects; at this test's size the
     # planner may hash the small attempts table instead).
