@@ -1,0 +1,352 @@
+"""Erasure: one person's data out of the outbox, keeping what the guarantees need.
+
+A person is selected by their recipient, a business reference, or a payload
+field's value (``customer.id`` = ``42``). ``erase`` then, in this order:
+
+1. checks the input and writes the ``erase`` row of ``operator_actions`` (the
+   reason with the person's value blanked: the record never repeats the data);
+2. erases the person's effects, ``batch_size`` per short transaction: payload,
+   recipient, reference, ordering key and error go, the attempts' receiver
+   excerpts and errors go; an unsent effect (pending, held, uncertain) is
+   cancelled; every key goes to ``key_ledger``, so it is never sent again;
+3. blanks the person's rejects (raw row and reason), batch by batch;
+4. blanks the value where the audit trail quotes it (an operator's reason, a
+   bulk requeue's filter), the one rewrite its trigger allows;
+5. writes the ``erased`` row with the counts.
+
+An effect being sent right now (``leased``) is left alone: its lease token
+fences it, and its worker's record would otherwise write the receiver's answer
+after the erasure. So are effects of a Spark run that has not committed. Both
+are counted as ``in_flight``; the same erase run again once they finished (a
+lease ends within ``OUTBOX_LEASE_S``) erases them. ``preview`` is the dry run:
+it changes nothing and lists what would change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+
+from spark_outbox.core.auditlog import check_reason, record_action
+from spark_outbox.core.errors import InvalidRequest
+from spark_outbox.core.sqlfile import queries_beside
+
+_Q = queries_beside(__file__, "erasure.sql")
+
+ERASED = "[erased]"
+MAX_BATCH_SIZE = 10_000
+MAX_LISTED = 100
+_SCAN = 1000  # rows a dry-run read or an audit scan takes at a time
+
+
+@dataclasses.dataclass(frozen=True)
+class Person:
+    """Who is erased: exactly one of recipient, reference, or payload path and value."""
+
+    recipient: str | None = None
+    reference: str | None = None
+    payload_path: str | None = None
+    payload_value: str | None = None
+
+    @property
+    def by(self) -> str:
+        if self.recipient is not None:
+            return "recipient"
+        return "reference" if self.reference is not None else f"payload {self.payload_path}"
+
+    @property
+    def value(self) -> str:
+        return self.recipient or self.reference or self.payload_value or ""
+
+    def params(self) -> dict[str, Any]:
+        path = self.payload_path.split(".") if self.payload_path else None
+        return {
+            "recipient": self.recipient,
+            "reference": self.reference,
+            "path": path,
+            "value": self.payload_value,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    idempotency_key: str
+    endpoint: str
+    state: str
+    plan: str  # erase | cancel (unsent: cancelled, then erased) | in_flight (left for now)
+
+
+@dataclasses.dataclass(frozen=True)
+class Erasure:
+    by: str  # recipient | reference | payload <path>
+    dry_run: bool
+    effects: int  # erased (or, on a dry run, would be)
+    cancelled: int  # of those, unsent ones cancelled
+    attempts: int  # attempts whose excerpt and error were blanked
+    rejects: int
+    audit_rows: int  # operator_actions rows whose quote of the value was blanked
+    in_flight: int  # being sent, or of an uncommitted run: left; erase again later
+    listed: list[Listed]  # the dry run's list (at most MAX_LISTED)
+    action_id: int | None = None  # the erase row in operator_actions
+
+    @property
+    def complete(self) -> bool:
+        return self.in_flight == 0
+
+
+def person(
+    *,
+    recipient: str | None = None,
+    reference: str | None = None,
+    payload_field: str | None = None,
+) -> Person:
+    """The selector from raw input; ``payload_field`` is ``path=value``."""
+    given = [
+        n
+        for n, v in (
+            ("recipient", recipient),
+            ("reference", reference),
+            ("payload_field", payload_field),
+        )
+        if v is not None
+    ]
+    if not given:
+        raise InvalidRequest(
+            "recipient",
+            "no person selected",
+            "give one of recipient, reference or payload_field (path=value, e.g. customer.id=42)",
+        )
+    if len(given) > 1:
+        raise InvalidRequest(given[1], f"more than one selector ({', '.join(given)})", "give one")
+    for name, value in (("recipient", recipient), ("reference", reference)):
+        if value is not None:
+            _check_value(name, value)
+    if payload_field is None:
+        return Person(recipient=recipient, reference=reference)
+    path, sep, value = payload_field.partition("=")
+    if not sep:
+        raise InvalidRequest(
+            "payload_field",
+            f"{payload_field!r} has no '='",
+            "write path=value, e.g. customer.id=42",
+        )
+    if not path or any(not part.strip() for part in path.split(".")) or "\x00" in path:
+        raise InvalidRequest(
+            "payload_field", f"path {path!r} is not a dotted path", "e.g. customer.id=42"
+        )
+    _check_value("payload_field", value)
+    return Person(payload_path=path, payload_value=value)
+
+
+def _check_value(field: str, value: str) -> None:
+    if not value.strip():
+        raise InvalidRequest(field, "is empty", "give the exact value to erase")
+    if "\x00" in value:
+        raise InvalidRequest(field, "contains a NUL character", "send plain text")
+
+
+def preview(conn: Connection, who: Person) -> Erasure:
+    """The dry run: what ``erase`` would change, nothing changed."""
+    listed: list[Listed] = []
+    effects = cancelled = in_flight = attempts = 0
+    after = 0
+    while True:
+        rows = _matching_effects(conn, who, after, _SCAN)
+        if not rows:
+            break
+        after = rows[-1].id
+        erasable = [r.id for r in rows if r.plan != "in_flight"]
+        effects += len(erasable)
+        cancelled += sum(r.plan == "cancel" for r in rows)
+        in_flight += sum(r.plan == "in_flight" for r in rows)
+        if erasable:
+            attempts += int(conn.execute(_Q["count_attempts"], {"ids": erasable}).scalar_one())
+        room = MAX_LISTED - len(listed)
+        listed += [Listed(r.idempotency_key, r.endpoint, r.state, r.plan) for r in rows[:room]]
+    rejects = sum(len(ids) for ids in _reject_batches(conn, who, _SCAN))
+    audit_rows = sum(1 for _ in _quoting_actions(conn, who))
+    _refuse_unknown_path(conn, who, effects + in_flight + rejects)
+    return Erasure(
+        who.by, True, effects, cancelled, attempts, rejects, audit_rows, in_flight, listed
+    )
+
+
+def erase(
+    engine: Engine,
+    who: Person,
+    *,
+    actor: str,
+    reason: str,
+    batch_size: int = 1000,
+    on_batch: Callable[[int], None] | None = None,
+) -> Erasure:
+    """Erase the person (the module's steps), each batch its own short transaction."""
+    reason = check_reason(reason)
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise InvalidRequest(
+            "batch_size", f"{batch_size} is out of range", f"use 1 to {MAX_BATCH_SIZE}"
+        )
+    with engine.begin() as conn:
+        planned = preview(conn, who)
+        action_id = record_action(
+            conn,
+            actor=actor,
+            action="erase",
+            target=f"a person, by {who.by}",
+            reason=redact(reason, who.value),
+            details={"by": who.by, "planned": _counts(planned)},
+        )
+    note = f"erased (operator action {action_id})"
+    effects, cancelled, attempts = _erase_effects(engine, who, note, batch_size, on_batch)
+    rejects = _erase_rejects(engine, who, note, batch_size)
+    audit_rows = _redact_audit(engine, who, action_id)
+    with engine.begin() as conn:
+        in_flight = sum(1 for r in _matching_effects(conn, who, 0, _SCAN))
+        done = Erasure(
+            who.by,
+            False,
+            effects,
+            cancelled,
+            attempts,
+            rejects,
+            audit_rows,
+            in_flight,
+            [],
+            action_id,
+        )
+        record_action(
+            conn,
+            actor=actor,
+            action="erased",
+            target=f"erasure {action_id}",
+            reason=f"erasure {action_id} finished",
+            details=_counts(done),
+        )
+    return done
+
+
+def _counts(done: Erasure) -> dict[str, int]:
+    names = ("effects", "cancelled", "attempts", "rejects", "audit_rows", "in_flight")
+    return {n: getattr(done, n) for n in names}
+
+
+def _matching_effects(conn: Connection, who: Person, after: int, limit: int) -> list[Any]:
+    params = who.params() | {"after_id": after, "limit": limit}
+    return list(conn.execute(_Q["matching_effects"], params))
+
+
+def _erase_effects(
+    engine: Engine,
+    who: Person,
+    note: str,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None,
+) -> tuple[int, int, int]:
+    effects = cancelled = attempts = after = 0
+    while True:
+        params = who.params() | {"after_id": after, "batch_size": batch_size, "note": note}
+        with engine.begin() as conn:
+            row = conn.execute(_Q["erase_effects"], params).one()
+        if not row.effects:
+            return effects, cancelled, attempts
+        effects, after = effects + row.effects, row.last_id
+        cancelled += row.cancelled
+        attempts += row.attempts
+        if on_batch is not None:
+            on_batch(effects)
+
+
+def _reject_batches(conn: Connection, who: Person, limit: int) -> Any:
+    after = 0
+    while True:
+        params = who.params() | {"after_id": after, "limit": limit}
+        ids = [r.id for r in conn.execute(_Q["matching_rejects"], params)]
+        if not ids:
+            return
+        yield ids
+        after = ids[-1]
+
+
+def _erase_rejects(engine: Engine, who: Person, note: str, batch_size: int) -> int:
+    done = after = 0
+    while True:
+        with engine.begin() as conn:
+            params = who.params() | {"after_id": after, "limit": batch_size}
+            ids = [r.id for r in conn.execute(_Q["matching_rejects"], params)]
+            if not ids:
+                return done
+            conn.execute(_Q["erase_rejects"], {"ids": ids, "note": note})
+        done, after = done + len(ids), ids[-1]
+
+
+def _quoting_actions(conn: Connection, who: Person) -> Any:
+    """Audit rows that quote the value as a whole word, with the quote blanked."""
+    needle = who.value
+    params = {"needle": needle, "escaped": json.dumps(needle, ensure_ascii=False)[1:-1]}
+    after = 0
+    while True:
+        rows = list(
+            conn.execute(_Q["quoting_actions"], params | {"after_id": after, "limit": _SCAN})
+        )
+        if not rows:
+            return
+        for r in rows:
+            blanked = (
+                redact(r.target, needle),
+                redact(r.reason, needle),
+                _redact_json(r.details, needle),
+            )
+            if blanked != (r.target, r.reason, r.details):
+                yield r.id, blanked
+        after = rows[-1].id
+
+
+def _redact_audit(engine: Engine, who: Person, action_id: int) -> int:
+    with engine.begin() as conn:
+        found = list(_quoting_actions(conn, who))
+        if found:
+            conn.execute(_Q["allow_redaction"], {"id": action_id})
+        for row_id, (target, reason, details) in found:
+            params = {
+                "id": row_id,
+                "target": target,
+                "reason": reason,
+                "details": json.dumps(details),
+            }
+            conn.execute(_Q["redact_action"], params)
+    return len(found)
+
+
+def redact(text: str, value: str) -> str:
+    """``text`` with every whole-word occurrence of ``value`` (any case) blanked:
+    ``42`` in "customer 42 asked" goes, in "invoice 1427" stays."""
+    pattern = re.compile(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", re.IGNORECASE)
+    return pattern.sub(ERASED, text)
+
+
+def _redact_json(document: Any, value: str) -> Any:
+    if isinstance(document, dict):
+        return {redact(k, value): _redact_json(v, value) for k, v in document.items()}
+    if isinstance(document, list):
+        return [_redact_json(v, value) for v in document]
+    if isinstance(document, str):
+        return redact(document, value)
+    if isinstance(document, int | float) and not isinstance(document, bool):
+        return ERASED if str(document) == value else document
+    return document
+
+
+def _refuse_unknown_path(conn: Connection, who: Person, matched: int) -> None:
+    if who.payload_path is None or matched:
+        return
+    if not conn.execute(_Q["path_known"], who.params()).scalar_one():
+        raise InvalidRequest(
+            "payload_field",
+            f"no effect's payload and no reject has the field {who.payload_path!r}",
+            "check the path's spelling: dotted, from the payload's top, e.g. customer.id",
+        )
