@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "spark_outbox.cli.api_cmd",
     "spark_outbox.cli.tokens_cmd",
     "spark_outbox.cli.purge_cmd",
+    "spark_outbox.cli.erase_cmd",
     "spark_outbox.cli.reconcile_cmd",
     "spark_outbox.cli.verify_cmd",
     "spark_outbox.cli.batches_cmd",

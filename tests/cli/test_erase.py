@@ -1,0 +1,71 @@
+"""``outbox erase`` in process, on a real database: the dry run lists and changes
+nothing, the erasure erases and says so, bad input is one line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from spark_outbox.cli.main import main
+from tests.api.builders import story
+from tests.conftest import insert_billing_endpoints
+
+BOB = "bob@example.com"
+
+
+def _bob(engine: Engine, keys: list[str]) -> list[tuple[str, str | None]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT state, recipient FROM effects WHERE idempotency_key = ANY(:k) ORDER BY id"
+            ),
+            {"k": keys},
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+def test_erase_dry_run_lists_then_the_erase_cancels_the_unsent_and_blanks_the_rest(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    insert_billing_endpoints(engine)
+    made = story(engine)
+    keys = [made["dead"].key, made["pending"].key]
+    args = ["erase", "--recipient", BOB, "--reason", f"request of {BOB}"]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert made["pending"].key in out and "cancel" in out and made["dead"].key in out
+    assert "dry run: 2 effect(s) of the person would be erased (1 unsent" in out
+    assert _bob(engine, keys) == [("dead", BOB), ("pending", BOB)]
+
+    assert main([*args, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["effects"], done["cancelled"], done["complete"]) == (2, 1, True)
+    assert _bob(engine, keys) == [("dead", None), ("cancelled", None)]
+    with engine.connect() as conn:
+        reason = conn.execute(
+            sa.text("SELECT reason FROM operator_actions WHERE action = 'erase'")
+        ).scalar_one()
+    assert reason == "request of [erased]"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--reason", "x"], "recipient: no person selected"),
+        (["--recipient", "a@b.c", "--reference", "r", "--reason", "x"], "reference: more than"),
+        (
+            ["--payload-field", "customer.id", "--reason", "x"],
+            "payload_field: 'customer.id' has no",
+        ),
+        (["--payload-field", "customer.idd=4", "--reason", "x"], "payload_field: no effect's"),
+        (["--recipient", "a@b.c", "--reason", " "], "reason: is empty"),
+    ],
+)
+def test_bad_erase_input_is_one_line_naming_the_field(
+    in_db: str, args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["erase", *args]) == 2
+    assert said in capsys.readouterr().err
