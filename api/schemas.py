@@ -325,3 +325,42 @@ class ReconciliationPublic(Public):
     attempts: int
     lines: list[ReconciliationLinePublic]
     unexplained: int = Field(description="rows no category explains; 0 when all adds up")
+
+
+class ErasureCreate(ActionCreate):
+    """One person, by exactly one of recipient, reference or payload_field."""
+
+    recipient: str | None = Field(None, max_length=320, pattern=r"^[^\x00]*$")
+    reference: str | None = Field(None, max_length=200, pattern=r"^[^\x00]*$")
+    payload_field: str | None = Field(
+        None,
+        max_length=1000,
+        pattern=r"^[^\x00]*$",
+        description="PATH=VALUE: the payload holds VALUE at dotted PATH, e.g. customer.id=42",
+    )
+    dry_run: bool = Field(True, description="only list what would change; send false to erase")
+    batch_size: int = Field(1000, ge=1, le=10_000, description="effects per transaction")
+
+
+class ErasureListedPublic(Public):
+    idempotency_key: str
+    endpoint: str
+    state: str
+    plan: str = Field(
+        description="erase; cancel (unsent: cancelled, never sent, then erased); in_flight "
+        "(being sent or of an uncommitted run: left, erase again later)"
+    )
+
+
+class ErasurePublic(Public):
+    by: str = Field(description="recipient, reference or payload <path>")
+    dry_run: bool
+    effects: int = Field(description="effects erased (or that would be, on a dry run)")
+    cancelled: int = Field(description="of those, unsent ones cancelled: never sent")
+    attempts: int = Field(description="attempts whose receiver excerpt and error were blanked")
+    rejects: int = Field(description="rejects whose raw row and reason were blanked")
+    audit_rows: int = Field(description="audit rows whose quote of the value was blanked")
+    in_flight: int = Field(description="left for now (being sent): run the erasure again")
+    complete: bool = Field(description="nothing was left (in_flight is 0)")
+    action_id: int | None = Field(description="the erase row in the operator actions")
+    listed: list[ErasureListedPublic] = Field(description="the dry run's list (at most 100)")

@@ -20,7 +20,6 @@ from typing import Any
 from spark_outbox.cli import output
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.console import erasure
-from spark_outbox.core import db
 from spark_outbox.core.settings import Settings
 
 INCOMPLETE = 3
@@ -57,18 +56,14 @@ def erase(args: argparse.Namespace, settings: Settings) -> int:
     )
     engine = engine_for(settings)
     try:
-        with db.translated():
-            if args.dry_run:
-                with engine.connect() as conn:
-                    done = erasure.preview(conn, who)
-            else:
-                done = erasure.erase(
-                    engine,
-                    who,
-                    actor=cli_actor(),
-                    reason=args.reason,
-                    batch_size=args.batch_size,
-                )
+        done = erasure.run(
+            engine,
+            who,
+            actor=cli_actor(),
+            reason=args.reason,
+            dry_run=args.dry_run,
+            batch_size=args.batch_size,
+        )
     finally:
         engine.dispose()
     if args.json:

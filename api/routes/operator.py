@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from spark_outbox.api.deps import Conn, Operator, Reader
+from spark_outbox.api.deps import Conn, EngineDep, Operator, Reader
 from spark_outbox.api.params import PAGE_LIMIT, Key, Name
 from spark_outbox.api.responses import READ_ERRORS, WRITE_ERRORS
 from spark_outbox.api.schemas import (
@@ -14,13 +14,15 @@ from spark_outbox.api.schemas import (
     ActionDonePublic,
     BulkRequeueCreate,
     BulkRequeuePublic,
+    ErasureCreate,
+    ErasurePublic,
     HoldDecisionCreate,
     HoldDecisionPublic,
     OperatorActionPublic,
     RejectsRequeueCreate,
     RejectsRequeuePublic,
 )
-from spark_outbox.console import audit, holds, operations, rejects
+from spark_outbox.console import audit, erasure, holds, operations, rejects
 from spark_outbox.console.filters import build_filter
 
 router = APIRouter(tags=["operate"])
@@ -106,6 +108,26 @@ def requeue_rejects(
         cap=body.cap,
     )
     return RejectsRequeuePublic.model_validate(done)
+
+
+@router.post("/v1/erase", response_model=ErasurePublic, responses=WRITE_ERRORS)
+def erase(engine: EngineDep, token: Operator, body: ErasureCreate) -> ErasurePublic:
+    """One person's data out of the outbox (docs/operations.md, "Erasure"); unsent
+    effects cancelled, keys kept. dry_run (the default) only lists what would change;
+    the erasure runs in short transactions of batch_size effects, so it is not one
+    unit of work: a failure midway leaves what was erased erased (run it again)."""
+    who = erasure.person(
+        recipient=body.recipient, reference=body.reference, payload_field=body.payload_field
+    )
+    done = erasure.run(
+        engine,
+        who,
+        actor=token.name,
+        reason=body.reason,
+        dry_run=body.dry_run,
+        batch_size=body.batch_size,
+    )
+    return ErasurePublic.model_validate(done)
 
 
 @router.get(

@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
+from spark_outbox.core import db
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.sqlfile import queries_beside
@@ -174,6 +175,24 @@ def preview(conn: Connection, who: Person) -> Erasure:
     return Erasure(
         who.by, True, effects, cancelled, attempts, rejects, audit_rows, in_flight, listed
     )
+
+
+def run(
+    engine: Engine,
+    who: Person,
+    *,
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    batch_size: int = 1000,
+) -> Erasure:
+    """The dry run (``preview``) or the erasure: what the CLI and the API call."""
+    reason = check_reason(reason)
+    with db.translated():
+        if dry_run:
+            with engine.connect() as conn:
+                return preview(conn, who)
+        return erase(engine, who, actor=actor, reason=reason, batch_size=batch_size)
 
 
 def erase(
