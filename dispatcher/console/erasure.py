@@ -16,8 +16,10 @@ field's value (``customer.id`` = ``42``). ``erase`` then, in this order:
 
 An effect being sent right now (``leased``) is left alone: its lease token
 fences it, and its worker's record would otherwise write the receiver's answer
-after the erasure. So are effects of a Spark run that has not committed. Both
-are counted as ``in_flight``; the same erase run again once they finished (a
+after the erasure. So are effects of a Spark run that has not committed and
+the staging of runs in flight (``deferred_effects``, ``staged_results``,
+``staged_rejects``): erasing under a run would change what it commits. All are
+counted as ``in_flight``; the same erase run again once they finished (a
 lease ends within ``OUTBOX_LEASE_S``) erases them. ``preview`` is the dry run:
 it changes nothing and lists what would change.
 """
@@ -91,7 +93,7 @@ class Erasure:
     attempts: int  # attempts whose excerpt and error were blanked
     rejects: int
     audit_rows: int  # operator_actions rows whose quote of the value was blanked
-    in_flight: int  # being sent, or of an uncommitted run: left; erase again later
+    in_flight: int  # being sent, or of a run in flight (staging too): left; erase again
     listed: list[Listed]  # the dry run's list (at most MAX_LISTED)
     action_id: int | None = None  # the erase row in operator_actions
 
@@ -169,6 +171,7 @@ def preview(conn: Connection, who: Person) -> Erasure:
             attempts += int(conn.execute(_Q["count_attempts"], {"ids": erasable}).scalar_one())
         room = MAX_LISTED - len(listed)
         listed += [Listed(r.idempotency_key, r.endpoint, r.state, r.plan) for r in rows[:room]]
+    in_flight += _staged(conn, who)
     rejects = sum(len(ids) for ids in _reject_batches(conn, who, _SCAN))
     audit_rows = sum(1 for _ in _quoting_actions(conn, who))
     _refuse_unknown_path(conn, who, effects + in_flight + rejects)
@@ -225,7 +228,7 @@ def erase(
     rejects = _erase_rejects(engine, who, note, batch_size)
     audit_rows = _redact_audit(engine, who, action_id)
     with engine.begin() as conn:
-        in_flight = sum(1 for r in _matching_effects(conn, who, 0, _SCAN))
+        in_flight = len(_matching_effects(conn, who, 0, _SCAN)) + _staged(conn, who)
         done = Erasure(
             who.by,
             False,
@@ -257,6 +260,10 @@ def _counts(done: Erasure) -> dict[str, int]:
 def _matching_effects(conn: Connection, who: Person, after: int, limit: int) -> list[Any]:
     params = who.params() | {"after_id": after, "limit": limit}
     return list(conn.execute(_Q["matching_effects"], params))
+
+
+def _staged(conn: Connection, who: Person) -> int:
+    return int(conn.execute(_Q["staged_matches"], who.params()).scalar_one())
 
 
 def _erase_effects(

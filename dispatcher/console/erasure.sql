@@ -135,3 +135,27 @@ SELECT EXISTS (SELECT 1 FROM effects WHERE payload #> CAST(:path AS text[]) IS N
     OR EXISTS (SELECT 1 FROM rejects
                WHERE raw_row #> CAST(:path AS text[]) IS NOT NULL
                   OR raw_row -> 'payload' #> CAST(:path AS text[]) IS NOT NULL);
+
+-- name: staged_matches
+-- The person in the staging of Spark runs in flight (effects met already written
+-- by another run, result rows, rejects): left to the run, which commits or is
+-- swept within minutes, and counted as in flight (erase again afterwards). Erasing
+-- them under a run would change what it commits; the tables are small.
+SELECT (SELECT count(*) FROM deferred_effects d
+        WHERE (CAST(:recipient AS text) IS NULL OR d.recipient = :recipient)
+          AND (CAST(:reference AS text) IS NULL OR d.reference = :reference)
+          AND (CAST(:path AS text[]) IS NULL
+               OR d.payload #>> CAST(:path AS text[]) = :value))
+     + (SELECT count(*) FROM staged_rejects r
+        WHERE CASE WHEN CAST(:path AS text[]) IS NULL THEN
+                  jsonb_path_exists(r.raw_row, 'strict $.** ? (@ == $v)',
+                                    jsonb_build_object('v', COALESCE(:recipient, :reference)))
+              ELSE r.raw_row #>> CAST(:path AS text[]) = :value
+                  OR r.raw_row -> 'payload' #>> CAST(:path AS text[]) = :value
+              END)
+     + (SELECT count(*) FROM staged_results s
+        WHERE CASE WHEN CAST(:path AS text[]) IS NULL THEN
+                  jsonb_path_exists(s.row, 'strict $.** ? (@ == $v)',
+                                    jsonb_build_object('v', COALESCE(:recipient, :reference)))
+              ELSE s.row #>> CAST(:path AS text[]) = :value
+              END);

@@ -245,7 +245,9 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
     assert len(receiver.seen()) == seen
 
 
-def test_an_effect_being_sent_is_left_for_a_later_erase_and_said_so(engine: Engine) -> None:
+def test_an_effect_being_sent_or_a_run_in_flight_is_left_for_a_later_erase_and_said_so(
+    engine: Engine,
+) -> None:
     with engine.begin() as conn:
         add_webhook(conn, name="hook", url="http://127.0.0.1:9/hook")
         for n in range(2):
@@ -263,12 +265,21 @@ def test_an_effect_being_sent_is_left_for_a_later_erase_and_said_so(engine: Engi
             ),
             {"k": effect_key("lease", 0)},
         )
+        # A Spark run in flight met an effect of Ann's another run had written.
+        conn.execute(
+            sa.text(
+                "INSERT INTO deferred_effects (run_id, task_id, idempotency_key, endpoint, "
+                "recipient, payload, payload_sha256) VALUES (gen_random_uuid(), 1, :k, "
+                "'hook', :who, '{}', 'x')"
+            ),
+            {"k": effect_key("lease", 9), "who": ANN},
+        )
     who = erasure.person(recipient=ANN)
     with engine.connect() as conn:
         plan = erasure.preview(conn, who)
-    assert (plan.effects, plan.in_flight) == (1, 1)
+    assert (plan.effects, plan.in_flight) == (1, 2)
     done = erasure.erase(engine, who, actor="dpo", reason="request 12")
-    assert (done.effects, done.in_flight, done.complete) == (1, 1, False)
+    assert (done.effects, done.in_flight, done.complete) == (1, 2, False)
     with engine.connect() as conn:
         leased = conn.execute(
             sa.text(
@@ -280,6 +291,7 @@ def test_an_effect_being_sent_is_left_for_a_later_erase_and_said_so(engine: Engi
     assert tuple(leased) == ("leased", ANN, True)  # its worker's lease still fences it
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE effects SET state = 'dead', lease_token = NULL"))
+        conn.execute(sa.text("DELETE FROM deferred_effects"))  # the run committed
     assert erasure.erase(engine, who, actor="dpo", reason="request 12, again").complete
     assert _holding(engine, ANN) == {}
 
