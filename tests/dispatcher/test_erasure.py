@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from spark_outbox.console import erasure, operations
+from spark_outbox.console import erasure, holds, operations
 from spark_outbox.console.filters import build_filter
 from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.enqueue import enqueue
@@ -38,7 +38,7 @@ def _fill(engine: Engine, receiver: Receiver, who: str, name: str) -> dict[str, 
     receiver.script(bad, Reply(400, body=f'{{"error": "no customer {who}"}}'))
     keys = {
         s: effect_key(f"erase.{name}", s)
-        for s in ("delivered", "dead", "pending", "uncertain", "cancelled")
+        for s in ("delivered", "dead", "pending", "uncertain", "held", "cancelled")
     }
     payload = {"customer": {"email": who, "id": f"C-{name}"}, "amount": 12}
     with engine.begin() as conn:
@@ -62,6 +62,7 @@ def _fill(engine: Engine, receiver: Receiver, who: str, name: str) -> dict[str, 
             ),
             {"key": keys["uncertain"], "error": f"send to {who} started, outcome unknown"},
         )
+        _hold(conn, keys["held"], name)
         _reject(conn, who, name)
         operations.cancel(
             conn, keys["cancelled"], actor="op", reason=f"customer {who} asked us to stop"
@@ -73,6 +74,25 @@ def _fill(engine: Engine, receiver: Receiver, who: str, name: str) -> dict[str, 
         )
         operations.bulk_requeue(conn, flt, cap=10, dry_run=False, actor="op", reason="retry")
     return keys
+
+
+def _hold(conn: Connection, key: str, name: str) -> None:
+    """The effect as a batch the volume guard held leaves it: committed, parked."""
+    run_id = uuid.uuid4()
+    conn.execute(
+        sa.text(
+            "INSERT INTO batches (job, batch_id, run_id, hold_state, hold_reason) "
+            "VALUES ('billing', :b, :r, 'held', '3 effects, 10x the usual')"
+        ),
+        {"b": f"held-{name}", "r": run_id},
+    )
+    conn.execute(
+        sa.text(
+            "UPDATE effects SET job = 'billing', batch_id = :b, run_id = :r, "
+            "next_attempt_at = 'infinity' WHERE idempotency_key = :k"
+        ),
+        {"b": f"held-{name}", "r": run_id, "k": key},
+    )
 
 
 def _reject(conn: Connection, who: str, name: str) -> None:
@@ -194,13 +214,14 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
 
     with engine.connect() as conn:
         plan = erasure.preview(conn, erasure.person(recipient=ANN))
-    assert plan.dry_run and plan.effects == 5 and plan.cancelled == 2 and plan.rejects == 2
+    assert plan.dry_run and plan.effects == 6 and plan.cancelled == 3 and plan.rejects == 2
     assert plan.in_flight == 0 and plan.audit_rows == 2 and plan.attempts >= 3
     assert {x.idempotency_key: x.plan for x in plan.listed} == {
         ann["delivered"]: "erase",
         ann["dead"]: "erase",
         ann["pending"]: "cancel",
         ann["uncertain"]: "cancel",
+        ann["held"]: "cancel",
         ann["cancelled"]: "erase",
     }
     assert _holding(engine, ANN) == held  # the dry run changed nothing
@@ -212,13 +233,17 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
         reason=f"GDPR request of {ANN}, ticket 77",
         batch_size=2,  # three batches of effects: the loop carries on between them
     )
-    assert (done.effects, done.cancelled, done.rejects, done.audit_rows) == (5, 2, 2, 2)
+    assert (done.effects, done.cancelled, done.rejects, done.audit_rows) == (6, 3, 2, 2)
     assert done.complete and done.attempts == plan.attempts
 
     assert _holding(engine, ANN) == {}
     assert _rows_of(engine, BOB, list(bob.values())) == bob_before
     # Kept: keys, states (unsent ones cancelled), and the ledger: never sent again.
-    assert _states(engine, ann) == before | {"pending": "cancelled", "uncertain": "cancelled"}
+    assert _states(engine, ann) == before | {
+        "pending": "cancelled",
+        "uncertain": "cancelled",
+        "held": "cancelled",
+    }
     with engine.begin() as conn:
         ledger = dict(
             conn.execute(
@@ -239,8 +264,10 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
         ).all()
     assert [a.action for a in actions] == ["erase", "erased"]
     assert actions[0].reason == "GDPR request of [erased], ticket 77"
-    assert actions[1].details["effects"] == 5
+    assert actions[1].details["effects"] == 6
     seen = len(receiver.seen())
+    with engine.begin() as conn:  # an operator releases the held batch after all
+        holds.release(conn, "billing", "held-ann", actor="op", reason="ok", dry_run=False)
     assert run_worker(fast, engine) == 0
     assert len(receiver.seen()) == seen
 
