@@ -19,7 +19,7 @@ from typing import Any
 
 from spark_outbox.cli import output
 from spark_outbox.cli.database import cli_actor, engine_for
-from spark_outbox.console import erasure
+from spark_outbox.console import erasure, subjects
 from spark_outbox.core.settings import Settings
 
 INCOMPLETE = 3
@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
 
 
 def erase(args: argparse.Namespace, settings: Settings) -> int:
-    who = erasure.person(
+    who = subjects.person(
         recipient=args.recipient, reference=args.reference, payload_field=args.payload_field
     )
     engine = engine_for(settings)

@@ -22,7 +22,7 @@ from spark_outbox.api.schemas import (
     RejectsRequeueCreate,
     RejectsRequeuePublic,
 )
-from spark_outbox.console import audit, erasure, holds, operations, rejects
+from spark_outbox.console import audit, erasure, holds, operations, rejects, subjects
 from spark_outbox.console.filters import build_filter
 
 router = APIRouter(tags=["operate"])
@@ -116,7 +116,7 @@ def erase(engine: EngineDep, token: Operator, body: ErasureCreate) -> ErasurePub
     effects cancelled, keys kept. dry_run (the default) only lists what would change;
     the erasure runs in short transactions of batch_size effects, so it is not one
     unit of work: a failure midway leaves what was erased erased (run it again)."""
-    who = erasure.person(
+    who = subjects.person(
         recipient=body.recipient, reference=body.reference, payload_field=body.payload_field
     )
     done = erasure.run(

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
+from spark_outbox.console import subjects
+from spark_outbox.console.subjects import Person
 from spark_outbox.core import db
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import InvalidRequest
@@ -41,39 +42,9 @@ from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "erasure.sql")
 
-ERASED = "[erased]"
 MAX_BATCH_SIZE = 10_000
 MAX_LISTED = 100
 _SCAN = 1000  # rows a dry-run read or an audit scan takes at a time
-
-
-@dataclasses.dataclass(frozen=True)
-class Person:
-    """Who is erased: exactly one of recipient, reference, or payload path and value."""
-
-    recipient: str | None = None
-    reference: str | None = None
-    payload_path: str | None = None
-    payload_value: str | None = None
-
-    @property
-    def by(self) -> str:
-        if self.recipient is not None:
-            return "recipient"
-        return "reference" if self.reference is not None else f"payload {self.payload_path}"
-
-    @property
-    def value(self) -> str:
-        return self.recipient or self.reference or self.payload_value or ""
-
-    def params(self) -> dict[str, Any]:
-        path = self.payload_path.split(".") if self.payload_path else None
-        return {
-            "recipient": self.recipient,
-            "reference": self.reference,
-            "path": path,
-            "value": self.payload_value,
-        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,57 +71,6 @@ class Erasure:
     @property
     def complete(self) -> bool:
         return self.in_flight == 0
-
-
-def person(
-    *,
-    recipient: str | None = None,
-    reference: str | None = None,
-    payload_field: str | None = None,
-) -> Person:
-    """The selector from raw input; ``payload_field`` is ``path=value``."""
-    given = [
-        n
-        for n, v in (
-            ("recipient", recipient),
-            ("reference", reference),
-            ("payload_field", payload_field),
-        )
-        if v is not None
-    ]
-    if not given:
-        raise InvalidRequest(
-            "recipient",
-            "no person selected",
-            "give one of recipient, reference or payload_field (path=value, e.g. customer.id=42)",
-        )
-    if len(given) > 1:
-        raise InvalidRequest(given[1], f"more than one selector ({', '.join(given)})", "give one")
-    for name, value in (("recipient", recipient), ("reference", reference)):
-        if value is not None:
-            _check_value(name, value)
-    if payload_field is None:
-        return Person(recipient=recipient, reference=reference)
-    path, sep, value = payload_field.partition("=")
-    if not sep:
-        raise InvalidRequest(
-            "payload_field",
-            f"{payload_field!r} has no '='",
-            "write path=value, e.g. customer.id=42",
-        )
-    if not path or any(not part.strip() for part in path.split(".")) or "\x00" in path:
-        raise InvalidRequest(
-            "payload_field", f"path {path!r} is not a dotted path", "e.g. customer.id=42"
-        )
-    _check_value("payload_field", value)
-    return Person(payload_path=path, payload_value=value)
-
-
-def _check_value(field: str, value: str) -> None:
-    if not value.strip():
-        raise InvalidRequest(field, "is empty", "give the exact value to erase")
-    if "\x00" in value:
-        raise InvalidRequest(field, "contains a NUL character", "send plain text")
 
 
 def preview(conn: Connection, who: Person) -> Erasure:
@@ -220,7 +140,7 @@ def erase(
             actor=actor,
             action="erase",
             target=f"a person, by {who.by}",
-            reason=redact(reason, who.value),
+            reason=subjects.redact(reason, who.value),
             details={"by": who.by, "planned": _counts(planned)},
         )
     note = f"erased (operator action {action_id})"
@@ -323,9 +243,9 @@ def _quoting_actions(conn: Connection, who: Person) -> Any:
             return
         for r in rows:
             blanked = (
-                redact(r.target, needle),
-                redact(r.reason, needle),
-                _redact_json(r.details, needle),
+                subjects.redact(r.target, needle),
+                subjects.redact(r.reason, needle),
+                subjects.redact_json(r.details, needle),
             )
             if blanked != (r.target, r.reason, r.details):
                 yield r.id, blanked
@@ -346,25 +266,6 @@ def _redact_audit(engine: Engine, who: Person, action_id: int) -> int:
             }
             conn.execute(_Q["redact_action"], params)
     return len(found)
-
-
-def redact(text: str, value: str) -> str:
-    """``text`` with every whole-word occurrence of ``value`` (any case) blanked:
-    ``42`` in "customer 42 asked" goes, in "invoice 1427" stays."""
-    pattern = re.compile(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", re.IGNORECASE)
-    return pattern.sub(ERASED, text)
-
-
-def _redact_json(document: Any, value: str) -> Any:
-    if isinstance(document, dict):
-        return {redact(k, value): _redact_json(v, value) for k, v in document.items()}
-    if isinstance(document, list):
-        return [_redact_json(v, value) for v in document]
-    if isinstance(document, str):
-        return redact(document, value)
-    if isinstance(document, int | float) and not isinstance(document, bool):
-        return ERASED if str(document) == value else document
-    return document
 
 
 def _refuse_unknown_path(conn: Connection, who: Person, matched: int) -> None:

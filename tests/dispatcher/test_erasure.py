@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from spark_outbox.console import erasure, holds, operations
+from spark_outbox.console import erasure, holds, operations, subjects
 from spark_outbox.console.filters import build_filter
 from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.enqueue import enqueue
@@ -213,7 +213,7 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
     before = _states(engine, ann)
 
     with engine.connect() as conn:
-        plan = erasure.preview(conn, erasure.person(recipient=ANN))
+        plan = erasure.preview(conn, subjects.person(recipient=ANN))
     assert plan.dry_run and plan.effects == 6 and plan.cancelled == 3 and plan.rejects == 2
     assert plan.in_flight == 0 and plan.audit_rows == 2 and plan.attempts >= 3
     assert {x.idempotency_key: x.plan for x in plan.listed} == {
@@ -228,7 +228,7 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
 
     done = erasure.erase(
         engine,
-        erasure.person(recipient=ANN),
+        subjects.person(recipient=ANN),
         actor="dpo",
         reason=f"GDPR request of {ANN}, ticket 77",
         batch_size=2,  # three batches of effects: the loop carries on between them
@@ -301,7 +301,7 @@ def test_an_effect_being_sent_or_a_run_in_flight_is_left_for_a_later_erase_and_s
             ),
             {"k": effect_key("lease", 9), "who": ANN},
         )
-    who = erasure.person(recipient=ANN)
+    who = subjects.person(recipient=ANN)
     with engine.connect() as conn:
         plan = erasure.preview(conn, who)
     assert (plan.effects, plan.in_flight) == (1, 2)
@@ -336,7 +336,7 @@ def test_erase_by_a_payload_field_erases_only_that_person(engine: Engine) -> Non
             )
     done = erasure.erase(
         engine,
-        erasure.person(payload_field="customer.id=42"),
+        subjects.person(payload_field="customer.id=42"),
         actor="dpo",
         reason="customer 42 asked",
     )
@@ -361,7 +361,7 @@ def test_erase_by_a_payload_field_erases_only_that_person(engine: Engine) -> Non
 )
 def test_a_bad_selector_is_refused_naming_its_field(given: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        erasure.person(**given)
+        subjects.person(**given)
     assert caught.value.field == field
 
 
@@ -379,11 +379,11 @@ def test_an_unknown_payload_path_or_an_empty_reason_is_refused_and_changes_nothi
         )
     with pytest.raises(InvalidRequest) as caught:
         erasure.erase(
-            engine, erasure.person(payload_field="customer.idd=C1"), actor="dpo", reason="asked"
+            engine, subjects.person(payload_field="customer.idd=C1"), actor="dpo", reason="asked"
         )
     assert caught.value.field == "payload_field" and "customer.idd" in str(caught.value)
     with pytest.raises(InvalidRequest) as caught:
-        erasure.erase(engine, erasure.person(recipient=ANN), actor="dpo", reason="  ")
+        erasure.erase(engine, subjects.person(recipient=ANN), actor="dpo", reason="  ")
     assert caught.value.field == "reason"
     assert set(_holding(engine, ANN)) == {"effects.recipient"}
     with engine.connect() as conn:
