@@ -11,7 +11,7 @@ field's value (``customer.id`` = ``42``). ``erase`` then, in this order:
    cancelled; every key goes to ``key_ledger``, so it is never sent again;
 3. blanks the person's rejects (raw row and reason), batch by batch;
 4. blanks the value where the audit trail quotes it (an operator's reason, a
-   bulk requeue's filter), the one rewrite its trigger allows;
+   bulk requeue's filter), page by page: the one rewrite its trigger allows;
 5. writes the ``erased`` row with the counts.
 
 An effect being sent right now (``leased``) is left alone: its lease token
@@ -93,7 +93,7 @@ def preview(conn: Connection, who: Person) -> Erasure:
         listed += [Listed(r.idempotency_key, r.endpoint, r.state, r.plan) for r in rows[:room]]
     in_flight += _staged(conn, who)
     rejects = sum(len(ids) for ids in _reject_batches(conn, who, _SCAN))
-    audit_rows = sum(1 for _ in _quoting_actions(conn, who))
+    audit_rows = _count_quotes(conn, who)
     _refuse_unknown_path(conn, who, effects + in_flight + rejects)
     return Erasure(
         who.by, True, effects, cancelled, attempts, rejects, audit_rows, in_flight, listed
@@ -146,7 +146,7 @@ def erase(
     note = f"erased (operator action {action_id})"
     effects, cancelled, attempts = _erase_effects(engine, who, note, batch_size, on_batch)
     rejects = _erase_rejects(engine, who, note, batch_size)
-    audit_rows = _redact_audit(engine, who, action_id)
+    audit_rows = _redact_audit(engine, who, action_id, batch_size)
     with engine.begin() as conn:
         in_flight = len(_matching_effects(conn, who, 0, _SCAN)) + _staged(conn, who)
         done = Erasure(
@@ -230,42 +230,53 @@ def _erase_rejects(engine: Engine, who: Person, note: str, batch_size: int) -> i
         done, after = done + len(ids), ids[-1]
 
 
-def _quoting_actions(conn: Connection, who: Person) -> Any:
-    """Audit rows that quote the value as a whole word, with the quote blanked."""
+Quote = tuple[int, str, str, Any]  # an audit row's id, target, reason, details: blanked
+
+
+def _quoting_page(conn: Connection, who: Person, after: int, limit: int) -> tuple[list[Quote], int]:
+    """The next page of audit rows (ids above ``after``) that quote the value as a
+    whole word, with the quotes blanked; and where the page ended (``after`` if none)."""
     needle = who.value
-    params = {"needle": needle, "escaped": json.dumps(needle, ensure_ascii=False)[1:-1]}
-    after = 0
+    params = {
+        "needle": needle,
+        "escaped": json.dumps(needle, ensure_ascii=False)[1:-1],
+        "after_id": after,
+        "limit": limit,
+    }
+    rows = list(conn.execute(_Q["quoting_actions"], params))
+    quotes: list[Quote] = []
+    for r in rows:
+        target, reason = subjects.redact(r.target, needle), subjects.redact(r.reason, needle)
+        details = subjects.redact_json(r.details, needle)
+        if (target, reason, details) != (r.target, r.reason, r.details):
+            quotes.append((r.id, target, reason, details))
+    return quotes, rows[-1].id if rows else after
+
+
+def _count_quotes(conn: Connection, who: Person) -> int:
+    count = after = 0
     while True:
-        rows = list(
-            conn.execute(_Q["quoting_actions"], params | {"after_id": after, "limit": _SCAN})
-        )
-        if not rows:
-            return
-        for r in rows:
-            blanked = (
-                subjects.redact(r.target, needle),
-                subjects.redact(r.reason, needle),
-                subjects.redact_json(r.details, needle),
-            )
-            if blanked != (r.target, r.reason, r.details):
-                yield r.id, blanked
-        after = rows[-1].id
+        quotes, last = _quoting_page(conn, who, after, _SCAN)
+        if last == after:
+            return count
+        count, after = count + len(quotes), last
 
 
-def _redact_audit(engine: Engine, who: Person, action_id: int) -> int:
-    with engine.begin() as conn:
-        found = list(_quoting_actions(conn, who))
-        if found:
-            conn.execute(_Q["allow_redaction"], {"id": action_id})
-        for row_id, (target, reason, details) in found:
-            params = {
-                "id": row_id,
-                "target": target,
-                "reason": reason,
-                "details": json.dumps(details),
-            }
-            conn.execute(_Q["redact_action"], params)
-    return len(found)
+def _redact_audit(engine: Engine, who: Person, action_id: int, batch_size: int) -> int:
+    """Blank the quotes page by page, each page its own transaction, which the audit
+    trail's trigger lets rewrite target, reason and details for this erasure only."""
+    done = after = 0
+    while True:
+        with engine.begin() as conn:
+            quotes, last = _quoting_page(conn, who, after, batch_size)
+            if last == after:
+                return done
+            if quotes:
+                conn.execute(_Q["allow_redaction"], {"id": action_id})
+            for row_id, target, reason, details in quotes:
+                params = {"id": row_id, "target": target, "reason": reason}
+                conn.execute(_Q["redact_action"], params | {"details": json.dumps(details)})
+        done, after = done + len(quotes), last
 
 
 def _refuse_unknown_path(conn: Connection, who: Person, matched: int) -> None:
