@@ -226,13 +226,16 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
     }
     assert _holding(engine, ANN) == held  # the dry run changed nothing
 
+    progress: list[int] = []
     done = erasure.erase(
         engine,
         subjects.person(recipient=ANN),
         actor="dpo",
         reason=f"GDPR request of {ANN}, ticket 77",
         batch_size=2,  # three batches of effects: the loop carries on between them
+        on_batch=progress.append,
     )
+    assert progress == [2, 4, 6]  # each batch its own transaction, committed in turn
     assert (done.effects, done.cancelled, done.rejects, done.audit_rows) == (6, 3, 2, 2)
     assert done.complete and done.attempts == plan.attempts
 
