@@ -5,11 +5,13 @@ field's value (``customer.id`` = ``42``). ``erase`` then, in this order:
 
 1. checks the input and writes the ``erase`` row of ``operator_actions`` (the
    reason with the person's value blanked: the record never repeats the data);
-2. erases the person's effects, ``batch_size`` per short transaction: payload,
-   recipient, reference, ordering key and error go, the attempts' receiver
-   excerpts and errors go; an unsent effect (pending, held, uncertain) is
-   cancelled; every key goes to ``key_ledger``, so it is never sent again;
-3. blanks the person's rejects (raw row and reason), batch by batch;
+2. blanks the person's rejects (raw row and reason), ``batch_size`` per short
+   transaction; first, so that a requeue of rejects racing the erasure either
+   finds them blank or enqueued its effects before step 3 looks;
+3. erases the person's effects, batch by batch: payload, recipient, reference,
+   ordering key and error go, the attempts' receiver excerpts and errors go; an
+   unsent effect (pending, held, uncertain) is cancelled; every key goes to
+   ``key_ledger``, so it is never sent again;
 4. blanks the value where the audit trail quotes it (an operator's reason, a
    bulk requeue's filter), page by page: the one rewrite its trigger allows;
 5. writes the ``erased`` row with the counts.
@@ -144,8 +146,8 @@ def erase(
             details={"by": who.by, "planned": _counts(planned)},
         )
     note = f"erased (operator action {action_id})"
-    effects, cancelled, attempts = _erase_effects(engine, who, note, batch_size, on_batch)
     rejects = _erase_rejects(engine, who, note, batch_size)
+    effects, cancelled, attempts = _erase_effects(engine, who, note, batch_size, on_batch)
     audit_rows = _redact_audit(engine, who, action_id, batch_size)
     with engine.begin() as conn:
         in_flight = len(_matching_effects(conn, who, 0, _SCAN)) + _staged(conn, who)

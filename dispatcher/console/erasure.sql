@@ -101,9 +101,10 @@ ORDER BY r.id
 LIMIT :limit;
 
 -- name: erase_rejects
--- One batch of the person's rejects (ids from matching_rejects, locked): the raw
--- row and the reason (which may quote a value) go; the row, its batch and its
--- time stay, so the batch's reject count still adds up.
+-- One batch of the person's rejects (ids from matching_rejects; this locks them):
+-- the raw row and the reason (which may quote a value) go; the row, its batch and
+-- its time stay, so the batch's reject count still adds up. A blanked reject is
+-- no longer requeueable (its reason lost the unknown-endpoint prefix).
 UPDATE rejects SET raw_row = '{}'::jsonb, reason = :note
 WHERE id = ANY(CAST(:ids AS bigint[]));
 
