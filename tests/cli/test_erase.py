@@ -69,3 +69,26 @@ def test_bad_erase_input_is_one_line_naming_the_field(
 ) -> None:
     assert main(["erase", *args]) == 2
     assert said in capsys.readouterr().err
+
+
+def test_erase_exits_3_and_says_to_run_again_when_an_effect_is_being_sent(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    insert_billing_endpoints(engine)
+    made = story(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'leased', lease_token = gen_random_uuid(), "
+                "lease_expires_at = now() + interval '1 minute' WHERE idempotency_key = :k"
+            ),
+            {"k": made["pending"].key},
+        )
+    assert main(["erase", "--recipient", BOB, "--reason", "request 9"]) == 3
+    said = capsys.readouterr()
+    assert "1 effect(s) of the person were erased" in said.out
+    assert "1 effect(s) are being sent right now" in said.err and "run the same erase" in said.err
+    assert _bob(engine, [made["dead"].key, made["pending"].key]) == [
+        ("dead", None),
+        ("leased", BOB),
+    ]
