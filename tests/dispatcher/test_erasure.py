@@ -240,6 +240,7 @@ def test_an_erased_person_is_nowhere_in_the_database_and_the_others_are_untouche
     assert done.complete and done.attempts == plan.attempts
 
     assert _holding(engine, ANN) == {}
+    assert _holding(engine, "C-ann") == {}  # her other values went with the payloads
     assert _rows_of(engine, BOB, list(bob.values())) == bob_before
     # Kept: keys, states (unsent ones cancelled), and the ledger: never sent again.
     assert _states(engine, ann) == before | {
