@@ -39,6 +39,7 @@ RatePerS = Annotated[float, *_within(bounds.RATE_LIMIT_PER_S)]
 InFlight = Annotated[int, *_within(bounds.MAX_IN_FLIGHT)]
 RetryDelayS = Annotated[float, *_within(bounds.RETRY_DELAY_S)]
 RetrySchedule = Annotated[list[RetryDelayS], Field(min_length=1, max_length=bounds.MAX_RETRIES)]
+SmtpPort = Annotated[int, *_within(bounds.SMTP_PORT)]
 
 
 class EndpointPublic(Public):
@@ -47,6 +48,10 @@ class EndpointPublic(Public):
     url: str | None
     smtp_host: str | None
     smtp_port: int | None
+    smtp_tls: str
+    smtp_username: str | None
+    has_smtp_password: bool = Field(False, description="the password itself is never shown")
+    smtp_allow_plaintext_auth: bool
     mail_from: str | None
     timeout_s: float
     retry_schedule_s: list[float] | None
@@ -65,8 +70,22 @@ class EndpointPublic(Public):
     previous_secret_expires_at: dt.datetime | None = Field(
         description="while in the future, deliveries are also signed with the previous secret"
     )
+    overlapping_secrets_until: list[dt.datetime] = Field(
+        [],
+        description="when each earlier signing secret still signing (beside the current one) "
+        "stops, soonest first",
+    )
+    archived_at: dt.datetime | None = Field(
+        None, description="archived: accepts no new effects and sends nothing; history kept"
+    )
+    archived_reason: str | None = None
     created_at: dt.datetime
     updated_at: dt.datetime
+
+    @classmethod
+    def of(cls, endpoint: Any) -> EndpointPublic:
+        """From a domain ``Endpoint``, through its ``public()`` view (no secrets)."""
+        return cls.model_validate(endpoint.public())
 
 
 class WebhookCreate(ActionCreate):
@@ -98,6 +117,32 @@ class EndpointUpdate(ActionCreate):
     max_in_flight: InFlight | None = None
     ordered: bool | None = None
     deduplicates: bool | None = None
+    smtp_host: str | None = Field(None, min_length=1, max_length=255, pattern=NO_NUL)
+    smtp_port: SmtpPort | None = None
+    smtp_tls: str | None = Field(None, pattern=r"^(none|starttls|tls)$")
+    smtp_username: str | None = Field(None, min_length=1, max_length=500, pattern=NO_NUL)
+    smtp_password: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        pattern=NO_NUL,
+        description="never shown again; the audit says '(changed)'",
+    )
+    mail_from: str | None = Field(None, min_length=3, max_length=500, pattern=NO_NUL)
+    smtp_allow_plaintext_auth: bool | None = None
+
+
+class ArchiveCreate(ActionCreate):
+    cancel_pending: bool = Field(
+        False,
+        description="cancel the endpoint's pending effects with the archive; false: refuse "
+        "while any are pending",
+    )
+
+
+class ArchivedPublic(BaseModel):
+    endpoint: str
+    cancelled: int = Field(description="pending effects cancelled with the archive")
 
 
 class RotateSecretCreate(ActionCreate):

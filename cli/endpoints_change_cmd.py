@@ -2,6 +2,9 @@
 
 Each is one transaction with its ``operator_actions`` row (actor ``cli:<login>``).
 ``rotate-secret`` prints the new secret once, on stdout; nothing else shows it.
+A secret given to ``update`` (the SMTP password) or ``rotate-secret`` (a signing
+secret of your own) comes from standard input or a named environment variable,
+never from the command line, where ``ps`` shows it to every user.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import sys
 from typing import Any
 
 from spark_outbox.cli import output
@@ -47,14 +52,27 @@ def register(cmds: Any) -> None:
         help="the receiver honours the idempotency key; --no-deduplicates: unknown outcomes "
         "become 'uncertain', not resent (default: unchanged)",
     )
+    _smtp_args(up)
     up.add_argument("--reason", required=True, help="why (kept in the audit trail)")
     up.set_defaults(handler=update)
-    rot = cmds.add_parser("rotate-secret", help="new signing secret; the old one overlaps")
+    rot = cmds.add_parser(
+        "rotate-secret", help="new signing secret; the earlier ones overlap (keep signing)"
+    )
     rot.add_argument("name")
     rot.add_argument(
         "--overlap",
         default="24h",
-        help="how long the old secret keeps signing beside the new one (default 24h; 0: none)",
+        help="how long the current secret keeps signing beside the new one (default 24h; "
+        "0: none, and every earlier secret stops at once, e.g. after a leak)",
+    )
+    given = rot.add_mutually_exclusive_group()
+    given.add_argument(
+        "--secret-stdin", action="store_true", help="read the new whsec_... from stdin"
+    )
+    given.add_argument(
+        "--secret-env",
+        metavar="VAR",
+        help="an env variable holding the new whsec_... (default: a new secret is generated)",
     )
     rot.add_argument("--reason", default="secret rotation", help="(default 'secret rotation')")
     rot.add_argument("--json", action="store_true", help="print one JSON object")
@@ -68,6 +86,52 @@ def register(cmds: Any) -> None:
         "--cap", type=int, default=1000, help="refuse if more match (default 1000, at most 10000)"
     )
     rec.set_defaults(handler=recover)
+
+
+def _smtp_args(up: argparse.ArgumentParser) -> None:
+    """An e-mail endpoint's SMTP settings (checked together, as on add)."""
+    up.add_argument("--smtp-host", help="SMTP server (default: unchanged)")
+    up.add_argument("--smtp-port", type=int, help="(default: unchanged)")
+    up.add_argument(
+        "--smtp-tls",
+        choices=["none", "starttls", "tls"],
+        help="transport security (default: unchanged)",
+    )
+    up.add_argument("--smtp-username", help=f"SMTP login; {CLEAR!r}: no AUTH (default: unchanged)")
+    password = up.add_mutually_exclusive_group()
+    password.add_argument(
+        "--smtp-password-stdin", action="store_true", help="read the new password from stdin"
+    )
+    password.add_argument(
+        "--smtp-password-env", metavar="VAR", help="an env variable holding the new password"
+    )
+    password.add_argument(
+        "--clear-smtp-password", action="store_true", help="no password (default: unchanged)"
+    )
+    up.add_argument("--mail-from", help="the From address (default: unchanged)")
+    up.add_argument(
+        "--smtp-allow-plaintext-auth",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow AUTH with --smtp-tls none (a trusted local relay only; default: unchanged)",
+    )
+
+
+def read_secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
+    """A secret from stdin's first line or a named environment variable (None: neither)."""
+    if from_stdin:
+        value = sys.stdin.readline().rstrip("\r\n")
+        if not value:
+            raise ConfigurationError(f"{option}-stdin: standard input is empty; pipe the value in")
+        return value
+    if env_name:
+        value = os.environ.get(env_name)
+        if value is None:
+            raise ConfigurationError(f"{option}-env {env_name}: that variable is not set")
+        if not value:
+            raise ConfigurationError(f"{option}-env {env_name}: that variable is empty")
+        return value
+    return None
 
 
 def schedule(raw: str | None) -> list[float] | None:
@@ -97,6 +161,23 @@ def _changes(args: argparse.Namespace) -> dict[str, Any]:
         changes["ordered"] = args.ordered == "on"
     if args.deduplicates is not None:
         changes["deduplicates"] = args.deduplicates
+    return changes | _smtp_changes(args)
+
+
+def _smtp_changes(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {
+        field: getattr(args, field)
+        for field in ("smtp_host", "smtp_port", "smtp_tls", "mail_from")
+        if getattr(args, field) is not None
+    }
+    if args.smtp_username is not None:
+        user = args.smtp_username
+        changes["smtp_username"] = None if user.strip().lower() == CLEAR else user
+    password = read_secret("--smtp-password", args.smtp_password_stdin, args.smtp_password_env)
+    if password is not None or args.clear_smtp_password:
+        changes["smtp_password"] = password
+    if args.smtp_allow_plaintext_auth is not None:
+        changes["smtp_allow_plaintext_auth"] = args.smtp_allow_plaintext_auth
     return changes
 
 
@@ -125,15 +206,25 @@ def update(args: argparse.Namespace, settings: Settings) -> int:
 
 def rotate_secret(args: argparse.Namespace, settings: Settings) -> int:
     overlap_s = parse_duration_s("--overlap", args.overlap)
+    given = read_secret("--secret", args.secret_stdin, args.secret_env)
     engine = engine_for(settings)
     try:
         with engine.begin() as conn:
             done = admin.rotate_secret(
-                conn, args.name, overlap_s=overlap_s, actor=cli_actor(), reason=args.reason
+                conn,
+                args.name,
+                overlap_s=overlap_s,
+                actor=cli_actor(),
+                reason=args.reason,
+                new_secret=given,
             )
     finally:
         engine.dispose()
     until = done.previous_valid_until
+    if given is not None:  # the caller has it: never echoed
+        old = f"until {until.isoformat()}" if until else "no longer"
+        print(f"signing secret of {done.endpoint} replaced; the old one signs beside it {old}")
+        return 0
     if args.json:
         print(
             json.dumps(

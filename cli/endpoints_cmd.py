@@ -1,7 +1,9 @@
 """``outbox endpoints add|list|show|pause|resume`` (and, from ``endpoints_change_cmd``,
-``update|rotate-secret|recover``): the named destinations.
+``update|rotate-secret|recover``, from ``endpoints_archive_cmd``, ``archive|unarchive``):
+the named destinations.
 
-Every change (add, pause, resume, update, rotate-secret, recover) is recorded in
+Every change (add, pause, resume, update, rotate-secret, recover, archive, unarchive) is
+recorded in
 ``operator_actions`` (actor ``cli:<login>``), as the API's operator routes are.
 
 A webhook's signing secret is printed once, on creation, and never again.
@@ -14,15 +16,14 @@ to every user; ``--secret VALUE`` still works for old scripts and says so.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from spark_outbox.cli import endpoints_change_cmd, output
+from spark_outbox.cli import endpoints_archive_cmd, endpoints_change_cmd, output
 from spark_outbox.cli.database import cli_actor, engine_for
-from spark_outbox.cli.endpoints_change_cmd import schedule
+from spark_outbox.cli.endpoints_change_cmd import read_secret, schedule
 from spark_outbox.console import admin, operations
 from spark_outbox.core import endpoints
 from spark_outbox.core.errors import ConfigurationError
@@ -97,6 +98,7 @@ def register(sub: Any) -> None:
     resume.add_argument("--reason", required=True)
     resume.set_defaults(handler=resume_endpoint)
     endpoints_change_cmd.register(cmds)
+    endpoints_archive_cmd.register(cmds)
 
 
 def _policy_args(p: argparse.ArgumentParser) -> None:
@@ -150,23 +152,8 @@ def _print(endpoint: endpoints.Endpoint, as_json: bool, secret: str | None = Non
         print("\nKeep the signing secret now: it is not shown again.")
 
 
-def _secret(option: str, from_stdin: bool, env_name: str | None) -> str | None:
-    """A secret from stdin's first line or a named environment variable (None: neither)."""
-    if from_stdin:
-        value = sys.stdin.readline().rstrip("\r\n")
-        if not value:
-            raise ConfigurationError(f"{option}-stdin: standard input is empty; pipe the value in")
-        return value
-    if env_name:
-        value = os.environ.get(env_name)
-        if value is None:
-            raise ConfigurationError(f"{option}-env {env_name}: that variable is not set")
-        return value
-    return None
-
-
 def add_webhook(args: argparse.Namespace, settings: Settings) -> int:
-    given = _secret("--secret", args.secret_stdin, args.secret_env)
+    given = read_secret("--secret", args.secret_stdin, args.secret_env)
     if given is None and args.secret is not None:
         if not args.secret.strip():
             raise ConfigurationError(
@@ -216,7 +203,7 @@ def _warn_if_refused(name: str, url: str, settings: Settings) -> None:
 
 
 def add_email(args: argparse.Namespace, settings: Settings) -> int:
-    password = _secret("--smtp-password", args.smtp_password_stdin, args.smtp_password_env)
+    password = read_secret("--smtp-password", args.smtp_password_stdin, args.smtp_password_env)
     engine = engine_for(settings)
     try:
         with engine.begin() as conn:
@@ -257,6 +244,7 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for e in found:
         state = "enabled" if e.enabled else f"paused ({e.paused_reason})"
+        state = "archived" if e.archived_at else state
         dedup = "deduplicates" if e.deduplicates else "no-dedup"
         where = e.url or f"{e.smtp_host}:{e.smtp_port}"
         print(f"{e.name:24} {e.kind:8} {where:40} {dedup:12} {state}")

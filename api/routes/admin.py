@@ -1,5 +1,6 @@
-"""Administration (operator role): endpoints created and changed, secrets rotated,
-dead effects recovered, tokens created and revoked; each audited like the actions.
+"""Administration (operator role): endpoints created, changed, archived and unarchived,
+secrets rotated, dead effects recovered, tokens created and revoked; each audited
+like the actions.
 
 Secrets appear only in the answer to the operator who created or rotated them
 (``Cache-Control: no-store``); support tokens cannot call any of these routes.
@@ -10,6 +11,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from spark_outbox.api.admin_schemas import (
+    ArchiveCreate,
+    ArchivedPublic,
     EndpointPublic,
     EndpointSecretPublic,
     EndpointUpdate,
@@ -24,11 +27,13 @@ from spark_outbox.api.deps import Conn, Operator
 from spark_outbox.api.params import Name
 from spark_outbox.api.responses import WRITE_ERRORS
 from spark_outbox.api.schemas import ActionCreate, ActionDonePublic, BulkRequeuePublic
-from spark_outbox.console import admin, operations
+from spark_outbox.console import admin, lifecycle, operations
 
 router = APIRouter(tags=["administer"])
 
 NO_STORE = "no-store"
+# An e-mail endpoint always has these: null in an update leaves them as they are.
+REQUIRED_SMTP = ("smtp_host", "smtp_port", "smtp_tls", "mail_from")
 
 
 @router.post("/v1/endpoints", response_model=EndpointSecretPublic, responses=WRITE_ERRORS)
@@ -43,23 +48,40 @@ def create_webhook(
         **body.model_dump(exclude={"reason"}),
     )
     response.headers["Cache-Control"] = NO_STORE
-    return EndpointSecretPublic(
-        endpoint=EndpointPublic.model_validate(endpoint), signing_secret=secret
-    )
+    return EndpointSecretPublic(endpoint=EndpointPublic.of(endpoint), signing_secret=secret)
 
 
 @router.patch("/v1/endpoints/{name}", response_model=EndpointPublic, responses=WRITE_ERRORS)
 def update_endpoint(
     conn: Conn, token: Operator, name: Name, body: EndpointUpdate
 ) -> EndpointPublic:
-    """Change URL, timeout, retry schedule, limits, ordering or deduplicates; audited
-    with old -> new values."""
+    """Change any setting but the signing secret (rotate-secret): URL, SMTP host, port,
+    TLS mode, login, password and From address, timeout, retry schedule, limits,
+    ordering, deduplicates; audited with old -> new values, a password as "(changed)"."""
     changes = body.model_dump(include=body.model_fields_set - {"reason"})
-    for flag in ("ordered", "deduplicates"):
-        if changes.get(flag, False) is None:
-            changes.pop(flag)  # null: unchanged (the flag is on or off, never unset)
+    for field in ("ordered", "deduplicates", "smtp_allow_plaintext_auth", *REQUIRED_SMTP):
+        if field in changes and changes[field] is None:
+            changes.pop(field)  # null: unchanged (a flag is on or off; these are never unset)
     updated = admin.update_endpoint(conn, name, changes, actor=token.name, reason=body.reason)
-    return EndpointPublic.model_validate(updated)
+    return EndpointPublic.of(updated)
+
+
+@router.post("/v1/endpoints/{name}/archive", response_model=ArchivedPublic, responses=WRITE_ERRORS)
+def archive(conn: Conn, token: Operator, name: Name, body: ArchiveCreate) -> ArchivedPublic:
+    """Archive: no new effects accepted, nothing sent, history kept. Refused (409) while
+    effects are pending unless ``cancel_pending``, or while any is being sent."""
+    done = lifecycle.archive(
+        conn, name, cancel_pending=body.cancel_pending, actor=token.name, reason=body.reason
+    )
+    return ArchivedPublic(endpoint=done.endpoint, cancelled=done.cancelled)
+
+
+@router.post(
+    "/v1/endpoints/{name}/unarchive", response_model=EndpointPublic, responses=WRITE_ERRORS
+)
+def unarchive(conn: Conn, token: Operator, name: Name, body: ActionCreate) -> EndpointPublic:
+    """Accept effects again, enabled or paused as before the archive."""
+    return EndpointPublic.of(lifecycle.unarchive(conn, name, actor=token.name, reason=body.reason))
 
 
 @router.post(

@@ -3,12 +3,16 @@
 -- exactly what the update replaced.
 SELECT * FROM endpoints WHERE name = :name FOR UPDATE;
 
--- name: update_endpoint_policy
--- URL and delivery policy; the dispatchers pick it up within their endpoint cache (2 s).
+-- name: update_endpoint_settings
+-- Every setting but the signing secret; the dispatchers pick it up within their
+-- endpoint cache (2 s).
 UPDATE endpoints
 SET url = :url, timeout_s = :timeout_s, retry_schedule_s = :retry_schedule_s,
     rate_limit_per_s = :rate_limit_per_s, max_in_flight = :max_in_flight, ordered = :ordered,
-    deduplicates = :deduplicates, updated_at = now()
+    deduplicates = :deduplicates, smtp_host = :smtp_host, smtp_port = :smtp_port,
+    smtp_tls = :smtp_tls, smtp_username = :smtp_username, smtp_password = :smtp_password,
+    mail_from = :mail_from, smtp_allow_plaintext_auth = :smtp_allow_plaintext_auth,
+    updated_at = now()
 WHERE name = :name;
 
 -- name: unpark_unordered
@@ -20,6 +24,23 @@ WHERE e.endpoint = :name AND e.state = 'pending' AND e.next_attempt_at = 'infini
   AND e.ordering_key IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id AND b.hold_state = 'held');
 
+-- name: prune_secrets
+-- A rotation forgets the earlier secrets whose overlap has ended (they sign no more).
+DELETE FROM endpoint_secrets WHERE endpoint_id = :endpoint_id AND not_after <= now();
+
+-- name: drop_older_secrets
+-- A rotation without overlap (a leaked secret): every earlier secret stops at once.
+DELETE FROM endpoint_secrets WHERE endpoint_id = :endpoint_id;
+
+-- name: keep_previous_secret
+-- A rotation inside a running overlap: the previous secret, about to be displaced
+-- by the current one, keeps signing until its own overlap ends.
+INSERT INTO endpoint_secrets (endpoint_id, secret, not_after)
+SELECT id, previous_signing_secret, previous_secret_expires_at
+FROM endpoints
+WHERE id = :endpoint_id AND previous_signing_secret IS NOT NULL
+  AND previous_secret_expires_at > now();
+
 -- name: rotate_secret
 -- The current secret becomes the previous one, signing beside the new one until
 -- the overlap ends (no overlap: it is dropped at once).
@@ -28,5 +49,5 @@ SET previous_signing_secret = CASE WHEN :overlap_s > 0 THEN signing_secret END,
     previous_secret_expires_at = CASE WHEN :overlap_s > 0
                                       THEN now() + make_interval(secs => :overlap_s) END,
     signing_secret = :secret, updated_at = now()
-WHERE name = :name AND kind = 'webhook'
+WHERE id = :endpoint_id AND kind = 'webhook'
 RETURNING previous_secret_expires_at;

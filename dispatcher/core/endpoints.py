@@ -70,31 +70,48 @@ class Endpoint:
     # Shared state (endpoint_budgets), not configuration: the circuit breaker rests
     # the endpoint for every dispatcher until then.
     resting_until: dt.datetime | None = None
+    # Archived: accepts no new effects (and is paused); its history stays.
+    archived_at: dt.datetime | None = None
+    archived_reason: str | None = None
+    # Secrets of earlier rotations still overlapping (endpoint_secrets), with their
+    # not_after: each signs beside the current and the previous one until then.
+    older_secrets: tuple[tuple[str, dt.datetime], ...] = dataclasses.field(default=(), repr=False)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any] | RowMapping) -> Endpoint:
         values = {f.name: row[f.name] for f in dataclasses.fields(cls) if f.name in row}
         if values["retry_schedule_s"] is not None:
             values["retry_schedule_s"] = tuple(values["retry_schedule_s"])
+        # Two parallel arrays in the row (endpoints.sql), pairs here.
+        secrets_, until = row.get("older_secrets") or [], row.get("older_not_after") or []
+        values["older_secrets"] = tuple(zip(secrets_, until, strict=True))
         return cls(**values)
 
     def active_secrets(self, now: dt.datetime | None = None) -> list[str]:
-        """The secrets a delivery is signed with: the current one, and the previous
-        one while a rotation's overlap runs (docs/api.md, secret rotation)."""
+        """The secrets a delivery is signed with: the current one, and every earlier
+        one whose rotation's overlap still runs (docs/api.md, secret rotation)."""
         found = [self.signing_secret] if self.signing_secret else []
-        until = self.previous_secret_expires_at
-        overlapping = until is not None and until > (now or dt.datetime.now(dt.UTC))
-        if self.previous_signing_secret and overlapping:
-            found.append(self.previous_signing_secret)
-        return found
+        return found + [secret for secret, _ in self._overlapping(now)]
+
+    def overlapping_until(self, now: dt.datetime | None = None) -> list[dt.datetime]:
+        """When each earlier secret that still signs stops signing, soonest first."""
+        return sorted(until for _, until in self._overlapping(now))
+
+    def _overlapping(self, now: dt.datetime | None) -> list[tuple[str, dt.datetime]]:
+        now = now or dt.datetime.now(dt.UTC)
+        earlier = list(self.older_secrets)
+        if self.previous_signing_secret and self.previous_secret_expires_at:
+            earlier.append((self.previous_signing_secret, self.previous_secret_expires_at))
+        return [(secret, until) for secret, until in earlier if until > now]
 
     def public(self) -> dict[str, Any]:
         """Everything but the secrets (safe for logs, CLI listings and the API)."""
         data = dataclasses.asdict(self)
-        for name in _SECRET_FIELDS:
+        for name in (*_SECRET_FIELDS, "older_secrets"):
             data.pop(name)
         data["has_signing_secret"] = self.signing_secret is not None
         data["has_smtp_password"] = self.smtp_password is not None
+        data["overlapping_secrets_until"] = self.overlapping_until()
         return data
 
 
@@ -174,23 +191,13 @@ def add_email(
     ordered: bool = False,
     deduplicates: bool = False,
 ) -> Endpoint:
-    if smtp_tls not in ("none", "starttls", "tls"):
-        raise InvalidRequest(
-            "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
-        )
-    if smtp_username and smtp_tls == "none" and not smtp_allow_plaintext_auth:
-        raise InvalidRequest(
-            "smtp_tls",
-            "is 'none', so the SMTP password would cross the network unencrypted",
-            "use starttls or tls, or opt in explicitly with --smtp-allow-plaintext-auth "
-            "(a trusted local relay only)",
-        )
-    if "@" not in mail_from:
-        raise InvalidRequest(
-            "mail_from",
-            f"{mail_from!r} is not an address",
-            "give an address like billing@example.com",
-        )
+    check_email_settings(
+        smtp_host=smtp_host,
+        smtp_tls=smtp_tls,
+        smtp_username=smtp_username,
+        smtp_allow_plaintext_auth=smtp_allow_plaintext_auth,
+        mail_from=mail_from,
+    )
     return _insert(
         conn,
         name=name,
@@ -209,6 +216,36 @@ def add_email(
         ordered=ordered,
         deduplicates=deduplicates,
     )
+
+
+def check_email_settings(
+    *,
+    smtp_host: object,
+    smtp_tls: object,
+    smtp_username: object,
+    smtp_allow_plaintext_auth: object,
+    mail_from: object,
+) -> None:
+    """An e-mail endpoint's SMTP settings, together (on add and on every update)."""
+    if not isinstance(smtp_host, str) or not smtp_host.strip():
+        raise InvalidRequest("smtp_host", "is empty", "give the SMTP server's host name")
+    if smtp_tls not in ("none", "starttls", "tls"):
+        raise InvalidRequest(
+            "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
+        )
+    if smtp_username and smtp_tls == "none" and not smtp_allow_plaintext_auth:
+        raise InvalidRequest(
+            "smtp_tls",
+            "is 'none', so the SMTP password would cross the network unencrypted",
+            "use starttls or tls, or opt in explicitly with --smtp-allow-plaintext-auth "
+            "(a trusted local relay only)",
+        )
+    if not isinstance(mail_from, str) or "@" not in mail_from:
+        raise InvalidRequest(
+            "mail_from",
+            f"{mail_from!r} is not an address",
+            "give an address like billing@example.com",
+        )
 
 
 def checked_numbers(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,9 +300,17 @@ def pause(conn: Connection, name: str, reason: str) -> None:
 
 def resume(conn: Connection, name: str) -> None:
     if conn.execute(_Q["resume_endpoint"], {"name": name}).first() is None:
+        if get(conn, name).archived_at is not None:  # NotFound for an unknown name
+            raise Conflict(f"endpoint {name!r} is archived; {unarchive_hint(name)}")
         raise NotFound(f"no endpoint named {name!r}")
     reset_budget(conn, name)
     wakeup.notify(conn, "resumed")
+
+
+def unarchive_hint(name: str) -> str:
+    """How to bring an archived endpoint back (the CLI's words; the API's route is
+    POST /v1/endpoints/{name}/unarchive)."""
+    return f"unarchive it first: outbox endpoints unarchive {name} --reason '...'"
 
 
 def reset_budget(conn: Connection, name: str) -> None:

@@ -11,13 +11,22 @@ ON CONFLICT (name) DO NOTHING
 RETURNING id;
 
 -- name: select_endpoints
--- Every endpoint, by name (a handful of rows), with the rest its dispatchers share.
-SELECT ep.*, b.resting_until
+-- Every endpoint, by name (a handful of rows), with the rest its dispatchers share
+-- and the secrets of earlier rotations still overlapping (ix_endpoint_secrets_endpoint_id).
+SELECT ep.*, b.resting_until,
+       ARRAY(SELECT s.secret FROM endpoint_secrets s
+             WHERE s.endpoint_id = ep.id AND s.not_after > now() ORDER BY s.id) AS older_secrets,
+       ARRAY(SELECT s.not_after FROM endpoint_secrets s
+             WHERE s.endpoint_id = ep.id AND s.not_after > now() ORDER BY s.id) AS older_not_after
 FROM endpoints ep LEFT JOIN endpoint_budgets b ON b.endpoint = ep.name
 ORDER BY ep.name;
 
 -- name: select_endpoint
-SELECT ep.*, b.resting_until
+SELECT ep.*, b.resting_until,
+       ARRAY(SELECT s.secret FROM endpoint_secrets s
+             WHERE s.endpoint_id = ep.id AND s.not_after > now() ORDER BY s.id) AS older_secrets,
+       ARRAY(SELECT s.not_after FROM endpoint_secrets s
+             WHERE s.endpoint_id = ep.id AND s.not_after > now() ORDER BY s.id) AS older_not_after
 FROM endpoints ep LEFT JOIN endpoint_budgets b ON b.endpoint = ep.name
 WHERE ep.name = :name;
 
@@ -28,9 +37,10 @@ WHERE name = :name
 RETURNING id;
 
 -- name: resume_endpoint
--- Resuming makes the endpoint's due effects claimable again at once.
+-- Resuming makes the endpoint's due effects claimable again at once (not an archived
+-- one's: it is unarchived first).
 UPDATE endpoints SET enabled = true, paused_reason = NULL, paused_at = NULL, updated_at = now()
-WHERE name = :name
+WHERE name = :name AND archived_at IS NULL
 RETURNING id;
 
 -- name: reset_budget

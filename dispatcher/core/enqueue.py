@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from spark_outbox.core import wakeup
-from spark_outbox.core.errors import UnknownEndpoint
+from spark_outbox.core.errors import ArchivedEndpoint, UnknownEndpoint
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.core.validation import (
@@ -80,9 +80,12 @@ def enqueue(
     not_before = check_not_before(not_before)
     reference = check_reference(reference)
     supersedes = check_supersedes(supersedes, idempotency_key)
-    kind = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).scalar()
-    if kind is None:
+    found = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).first()
+    if found is None:
         raise UnknownEndpoint(endpoint)
+    kind, archived = found
+    if archived:
+        raise ArchivedEndpoint(endpoint)
     if kind == "email":
         recipient = check_email_effect(recipient, json.loads(data))
     digest = payload_sha256(data)

@@ -1,7 +1,8 @@
 -- name: endpoint_kind
 -- Producers name endpoints; an unknown name is refused before anything is written,
--- and the kind says which channel's contract the effect must meet (e-mail).
-SELECT kind FROM endpoints WHERE name = :endpoint;
+-- and so is an archived one; the kind says which channel's contract the effect must
+-- meet (e-mail).
+SELECT kind, archived_at IS NOT NULL AS archived FROM endpoints WHERE name = :endpoint;
 
 -- name: insert_effect
 -- Idempotent on the key: a second enqueue of the same key inserts nothing and

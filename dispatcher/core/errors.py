@@ -48,6 +48,19 @@ class UnknownEndpoint(InvalidEffect):
         self.name = name
 
 
+class ArchivedEndpoint(InvalidEffect):
+    """The effect names an archived endpoint, which accepts no new effects."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            "endpoint",
+            f"endpoint {name!r} is archived and accepts no new effects",
+            f"unarchive it (`outbox endpoints unarchive {name} --reason ...`, or POST "
+            f"/v1/endpoints/{name}/unarchive) or name another endpoint",
+        )
+        self.name = name
+
+
 class NotFound(OutboxError):
     """The thing asked for does not exist."""
 

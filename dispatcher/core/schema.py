@@ -96,6 +96,10 @@ endpoints = sa.Table(
     _ts("paused_at"),
     _ts("created_at", nullable=False, default_now=True),
     _ts("updated_at", nullable=False, default_now=True),
+    # Retired (migration 1804): accepts no new effects, its history stays; archived
+    # endpoints are also paused (enabled false), so no dispatcher claims for them.
+    _ts("archived_at"),
+    sa.Column("archived_reason", sa.Text),
     sa.CheckConstraint(f"kind IN {ENDPOINT_KINDS!r}", name="kind"),
     sa.CheckConstraint("smtp_tls IN ('none', 'starttls', 'tls')", name="smtp_tls"),
     sa.CheckConstraint(
@@ -121,6 +125,26 @@ endpoints = sa.Table(
 # limit's token bucket, the leased count behind max_in_flight (kept only while
 # the endpoint has one), and the failing streak behind the circuit breaker and
 # the automatic disable. Machine state, apart from the audited configuration.
+# Signing secrets retired by a rotation before the previous one's overlap ended
+# (migration 1804): each keeps signing, beside signing_secret and
+# previous_signing_secret, until its not_after. Rows past it are pruned by the
+# next rotation; nothing reads them after not_after.
+endpoint_secrets = sa.Table(
+    "endpoint_secrets",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column(
+        "endpoint_id",
+        sa.BigInteger,
+        sa.ForeignKey("endpoints.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("secret", sa.Text, nullable=False),
+    _ts("not_after", nullable=False),
+    _ts("retired_at", nullable=False, default_now=True),
+)
+
 endpoint_budgets = sa.Table(
     "endpoint_budgets",
     metadata,

@@ -6,8 +6,8 @@ clear the plain rows; only payloads are handled one by one (canonical JSON and
 its hash, exactly as ``enqueue`` computes them). Rows the vectorised test does
 not clear get the exact per-row check (``check_row``), so every reason is the
 one ``enqueue`` would give. The driver hands over the registered endpoints and
-their kinds (read once per batch): an unknown endpoint is a reject, and an
-effect on an e-mail endpoint must pass ``check_email_effect``.
+their kinds (read once per batch): an unknown or archived endpoint is a reject,
+and an effect on an e-mail endpoint must pass ``check_email_effect``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from spark_outbox.core.errors import InvalidEffect, UnknownEndpoint
+from spark_outbox.core.errors import ArchivedEndpoint, InvalidEffect, UnknownEndpoint
 from spark_outbox.core.validation import (
     MAX_ORDERING_KEY_CHARS,
     MAX_PAYLOAD_BYTES,
@@ -58,7 +58,9 @@ _KEY_REGEX = r"^[0-9a-f]{64}$"
 # ones (a property test in tests/test_checks.py proves the screen still catches every
 # payload whose orjson bytes differ). The other alternatives are the wide screen's.
 COLUMN_SCREEN = r"\\u0000|[0-9]e[-+]|[:,\[]-?0\.0000"
-_VISIBLE = r"[!-~]"  # at least one printable ASCII character: str.strip() keeps it
+_VISIBLE = r"[!-~]"
+# The kind the driver hands over for an archived endpoint (commit.sql, endpoint_kinds).
+ARCHIVED = "archived"  # at least one printable ASCII character: str.strip() keeps it
 
 
 def unknown_endpoint(name: str) -> str:
@@ -82,6 +84,8 @@ def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str
         kind = endpoints.get(endpoint)
         if kind is None:
             return unknown_endpoint(endpoint), b""
+        if kind == ARCHIVED:
+            return str(ArchivedEndpoint(endpoint)), b""
         if kind == "email":
             check_email_effect(row.get("recipient"), json.loads(data))
     except InvalidEffect as exc:
@@ -196,7 +200,9 @@ def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    webhooks = pa.array([name for name, kind in endpoints.items() if kind != "email"], pa.string())
+    webhooks = pa.array(
+        [name for name, kind in endpoints.items() if kind == "webhook"], pa.string()
+    )
     plain = pc.and_kleene(
         pc.is_null(column["reject_reason"]),
         pc.match_substring_regex(column["idempotency_key"], _KEY_REGEX),

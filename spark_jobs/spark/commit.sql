@@ -9,8 +9,10 @@ FROM batches WHERE job = :job AND batch_id = :batch_id;
 
 -- name: endpoint_kinds
 -- Read once per batch and handed to the executors: unknown endpoints are rejects,
--- e-mail endpoints get the e-mail contract check.
-SELECT name, kind FROM endpoints;
+-- e-mail endpoints get the e-mail contract check, archived ones (kind 'archived'
+-- here, spark/checks.py ARCHIVED) are rejects naming them.
+SELECT name, CASE WHEN archived_at IS NULL THEN kind ELSE 'archived' END AS kind
+FROM endpoints;
 
 -- name: begin_run
 -- Registers the run before it writes anything, so its rows can be swept if it dies.
