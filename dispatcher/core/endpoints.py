@@ -98,10 +98,11 @@ class Endpoint:
         return sorted(until for _, until in self._overlapping(now))
 
     def _overlapping(self, now: dt.datetime | None) -> list[tuple[str, dt.datetime]]:
+        """Every earlier secret still signing, newest first."""
         now = now or dt.datetime.now(dt.UTC)
-        earlier = list(self.older_secrets)
+        earlier = list(reversed(self.older_secrets))  # endpoints.sql: oldest first
         if self.previous_signing_secret and self.previous_secret_expires_at:
-            earlier.append((self.previous_signing_secret, self.previous_secret_expires_at))
+            earlier.insert(0, (self.previous_signing_secret, self.previous_secret_expires_at))
         return [(secret, until) for secret, until in earlier if until > now]
 
     def public(self) -> dict[str, Any]:
