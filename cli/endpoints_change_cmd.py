@@ -28,7 +28,9 @@ CLEAR = "none"
 
 def register(cmds: Any) -> None:
     up = cmds.add_parser(
-        "update", help="change URL, timeout, retry schedule, limits, ordering, deduplicates"
+        "update",
+        help="change any setting: URL, SMTP server, login, password, TLS, From, timeout, "
+        "retry schedule, limits, ordering, deduplicates",
     )
     up.add_argument("name")
     up.add_argument("--url", help="a new webhook URL, checked as on add (default: unchanged)")
