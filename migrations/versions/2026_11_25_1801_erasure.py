@@ -9,7 +9,7 @@ trigger function allows exactly that, inside the erasure's transaction only
 (``outbox.erasure`` set to the id of its own ``erase`` row).
 
 Revision ID: 1801
-Revises: 1525
+Revises: 1809
 Create Date: 2026-11-25 18:01:00
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 from spark_outbox.core import objects
 
 revision = "1801"
-down_revision = "1525"
+down_revision = "1809"
 branch_labels = None
 depends_on = None
 

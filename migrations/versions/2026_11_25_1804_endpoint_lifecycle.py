@@ -9,7 +9,7 @@
   with its own ``not_after`` and keeps signing until then.
 
 Revision ID: 1804
-Revises: 1525
+Revises: 1801
 Create Date: 2026-11-25 18:04:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "1804"
-down_revision = "1525"
+down_revision = "1801"
 branch_labels = None
 depends_on = None
 
