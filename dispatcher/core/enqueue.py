@@ -108,8 +108,8 @@ def enqueue(
         _Q["stored_payload_sha256"], {"idempotency_key": idempotency_key}
     ).scalar()
     mismatch = stored is not None and stored != digest
-    if mismatch:
-        _record_mismatch(conn, idempotency_key, endpoint, stored, digest)
+    if stored is not None and mismatch:
+        _record_mismatch(conn, idempotency_key, endpoint, str(stored), digest)
     return Enqueued(idempotency_key=idempotency_key, new=False, payload_mismatch=mismatch)
 
 
