@@ -105,7 +105,9 @@ def _smtp_args(up: argparse.ArgumentParser) -> None:
         "--smtp-password-stdin", action="store_true", help="read the new password from stdin"
     )
     password.add_argument(
-        "--smtp-password-env", metavar="VAR", help="an env variable holding the new password"
+        "--smtp-password-env",
+        metavar="VAR",
+        help="an env variable holding the new password (default: the password is kept)",
     )
     password.add_argument(
         "--clear-smtp-password", action="store_true", help="no password (default: unchanged)"

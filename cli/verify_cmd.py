@@ -58,7 +58,11 @@ def register(sub: Any) -> None:
         default=50_000,
         help="rows each range check reads per pass (the history is read once, in chunks)",
     )
-    p.add_argument("--metrics-port", type=int, help="serve /metrics on this port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve /metrics on this port (default: none, no metrics server)",
+    )
     p.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")
     p.add_argument("--json", action="store_true", help="one JSON object per violation")
     p.set_defaults(handler=run)
