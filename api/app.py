@@ -24,6 +24,7 @@ from spark_outbox.api.routes import (
     effects,
     operator,
     rejects,
+    resend,
     status,
     ui,
     uncertain,
@@ -60,7 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    for module in (status, effects, batches, rejects, operator, uncertain, admin, ui, docs):
+    for module in (status, effects, batches, rejects, operator, resend, uncertain, admin, ui, docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 

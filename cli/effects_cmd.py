@@ -15,12 +15,12 @@ import datetime as dt
 import json
 from typing import Any
 
-from spark_outbox.cli import output, uncertain_cmd
+from spark_outbox.cli import output, resend_cmd, uncertain_cmd
 from spark_outbox.cli.database import cli_actor, database_url
+from spark_outbox.cli.filter_args import instant
 from spark_outbox.console import audit, rejects
 from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from spark_outbox.core import db
-from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.settings import Settings
 
 
@@ -49,6 +49,7 @@ def register(sub: Any) -> None:
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=show_effect)
     uncertain_cmd.register(cmds)
+    resend_cmd.register(cmds)
 
     r = sub.add_parser("rejects", help="rows a batch refused, with the reasons")
     rcmds = r.add_subparsers(dest="rejects_command", required=True, metavar="ACTION")
@@ -79,22 +80,8 @@ def _page_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the page as JSON (as the API)")
 
 
-def _instant(field: str, raw: str | None) -> dt.datetime | None:
-    if raw is None:
-        return None
-    try:
-        at = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise InvalidRequest(
-            field, f"{raw!r} is not ISO 8601 with a zone", "write e.g. 2026-11-23T08:00:00Z"
-        )
-    return at
-
-
 def _window(args: argparse.Namespace) -> tuple[dt.datetime | None, dt.datetime | None]:
-    since, until = _instant("since", args.since), _instant("until", args.until)
+    since, until = instant("since", args.since), instant("until", args.until)
     if args.job and args.batch_id and since is None and until is None:
         return None, None  # a batch bounds the search
     until = until or dt.datetime.now(dt.UTC)

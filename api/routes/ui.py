@@ -42,7 +42,16 @@ from markupsafe import Markup
 from spark_outbox.api.chart import svg as chart_svg
 from spark_outbox.api.deps import Conn, SettingsDep, masked_for
 from spark_outbox.api.params import Key
-from spark_outbox.console import admin, audit, health, operations, reconcile, tokens, uncertain
+from spark_outbox.console import (
+    admin,
+    audit,
+    health,
+    operations,
+    reconcile,
+    resend,
+    tokens,
+    uncertain,
+)
 from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
 from spark_outbox.core.errors import NotFound, OutboxError
 from spark_outbox.core.settings import Settings
@@ -326,8 +335,8 @@ def act(
     reason: Annotated[str, Form()],
     csrf: Annotated[str, Form()],
 ) -> Response:
-    """The requeue, cancel, mark-delivered and send-again buttons (operators only,
-    CSRF-checked)."""
+    """The requeue, cancel, mark-delivered, send-again and resend buttons (operators
+    only, CSRF-checked)."""
     _check_csrf(tokens.csrf_token(cookie), csrf)
     tokens.require_operator(token)
     if action == "requeue":
@@ -336,6 +345,10 @@ def act(
         operations.cancel(conn, key, actor=token.name, reason=reason)
     elif action in uncertain.ACTIONS:
         uncertain.resolve(conn, key, action, actor=token.name, reason=reason, dry_run=False)
+    elif action == "resend":
+        resend.resend(conn, key, actor=token.name, reason=reason, dry_run=False)
     else:
-        raise NotFound(f"no action {action!r}; use requeue, cancel, mark_delivered or send_again")
+        raise NotFound(
+            f"no action {action!r}; use requeue, cancel, mark_delivered, send_again or resend"
+        )
     return RedirectResponse(f"/ui/effects/{key}", status_code=303)
