@@ -30,14 +30,18 @@ def register(cmds: Any) -> None:
         help="send a delivered or dead effect again, same key (one, or many by a filter)",
     )
     p.add_argument("key", nargs="?", help="the idempotency key (64 hex); or a filter below")
-    p.add_argument("--job", help="with --batch-id: every resendable effect of one batch")
-    p.add_argument("--batch-id", help="batch id, needs --job")
-    p.add_argument("--endpoint", help="an endpoint's effects (needs --since and --until)")
-    p.add_argument("--recipient", help="a recipient's effects, exact")
-    p.add_argument("--reference", help="a business reference's effects, exact")
+    p.add_argument(
+        "--job", help="with --batch-id: every resendable effect of one batch (default: none)"
+    )
+    p.add_argument("--batch-id", help="batch id, needs --job (default: none)")
+    p.add_argument(
+        "--endpoint", help="an endpoint's effects, within --since/--until (default: none)"
+    )
+    p.add_argument("--recipient", help="a recipient's effects, exact (default: none)")
+    p.add_argument("--reference", help="a business reference's effects, exact (default: none)")
     p.add_argument("--state", choices=resend.RESENDABLE, help="only these (default: both)")
-    p.add_argument("--since", help="created at or after, ISO 8601 with a zone")
-    p.add_argument("--until", help="created before, ISO 8601 with a zone")
+    p.add_argument("--since", help="created at or after, ISO 8601 with a zone (default: none)")
+    p.add_argument("--until", help="created before, ISO 8601 with a zone (default: none)")
     p.add_argument(
         "--cap", type=int, default=1000, help="a filter: refuse if more match (default 1000)"
     )
