@@ -4,18 +4,21 @@ as the operator's resend, and every guarantee of an ordinary send still holds.""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from standardwebhooks import Webhook
 
 from spark_outbox.console import audit, resend
 from spark_outbox.core import endpoints
-from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.endpoints import add_webhook, generate_signing_secret
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.keys import effect_key
 from spark_outbox.core.settings import Settings
+from tests.demo.procs import outbox_process
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 from tests.dispatcher.test_uncertain import Mailbox, _mail_endpoint, _mails, mailbox  # noqa: F401
 
@@ -210,3 +213,33 @@ def test_a_resent_email_carries_the_same_message_id(
     assert len(box.message_ids) == 2 and box.message_ids[0] == box.message_ids[1]
     assert key in box.message_ids[0]
     assert _attempts(engine, key) == [("delivered", None), ("delivered", action_id)]
+
+
+def test_the_reference_receiver_deduplicates_a_resend_it_already_has(
+    engine: Engine, fast: Settings, tmp_path: Path
+) -> None:
+    """What docs/operations.md says a deduplicating receiver does: `outbox receiver
+    serve` answers the resend 200, marked a duplicate, and processes the key once."""
+    secret = generate_signing_secret()
+    env = {"OUTBOX_RECEIVER_SECRET": secret}
+    jsonl = str(tmp_path / "receipts.jsonl")
+    with outbox_process("receiver", "serve", "--port", "0", "--jsonl", jsonl, env=env) as (_, info):
+        with engine.begin() as conn:
+            add_webhook(
+                conn, name="hook", url=info["url"] + "/hooks/billing", signing_secret=secret
+            )
+            key = effect_key("resend", "reference")
+            enqueue(conn, idempotency_key=key, endpoint="hook", payload={"invoice": "inv-1"})
+        assert run_worker(fast, engine) == 0
+        action_id = _resend(engine, key)
+        assert run_worker(fast, engine) == 0
+        stats = httpx.get(info["url"] + "/stats", timeout=5).json()
+    assert (stats["raw"], stats["unique"]) == (2, 1)
+    assert _attempts(engine, key) == [("delivered", None), ("delivered", action_id)]
+    with engine.connect() as conn:
+        excerpts = (
+            conn.execute(sa.text("SELECT response_excerpt FROM delivery_attempts ORDER BY id"))
+            .scalars()
+            .all()
+        )
+    assert '"duplicate": false' in excerpts[0] and '"duplicate": true' in excerpts[1]
