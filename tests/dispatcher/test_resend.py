@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from standardwebhooks import Webhook
 
-from spark_outbox.console import audit, resend
+from spark_outbox.console import audit, resend, verify
 from spark_outbox.core import endpoints
 from spark_outbox.core.endpoints import add_webhook, generate_signing_secret
 from spark_outbox.core.enqueue import enqueue
@@ -114,6 +114,10 @@ def test_a_resent_effect_reaches_the_receiver_again_with_the_same_key_recorded_a
     assert [a.resend_by for a in detail.attempts] == [None, "olga"]
     assert detail.resend is not None and detail.resend.reason == "receiver restored a backup"
     assert detail.resend.action == "resend" and detail.resend.target == key
+    # outbox verify: a delivered key sent again carries the operator's resend.
+    with engine.connect() as conn:
+        checked = verify.Checker(settle_s=0).run_until_current(conn)
+    assert checked.ok and checked.checked["finished"] == 2
 
 
 def test_a_resend_to_a_paused_endpoint_waits_for_its_resume(
