@@ -16,7 +16,7 @@ from sqlalchemy.engine import Engine
 
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.schema import rejects
-from tests.api.builders import Built, add_attempt, add_batch, add_effect
+from tests.api.builders import PAN, Built, add_attempt, add_batch, add_effect, leaky
 from tests.api.conftest import Tokens
 from tests.api.test_ui import _sign_in
 
@@ -216,3 +216,17 @@ def test_an_uncertain_effect_shows_no_next_attempt(
     _sign_in(client, api_tokens.support)
     shown = client.get(f"/ui/effects/{effect.key}").text
     assert 'id="uncertain-note"' in shown and "next attempt" not in shown
+
+
+def test_a_lists_grouped_reasons_and_errors_are_masked_for_support(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    effect = leaky(engine)
+    with engine.begin() as conn:
+        add_attempt(conn, effect, "dead", status_code=422, error=f"HTTP 422: card {PAN} declined")
+    _sign_in(client, api_tokens.support)
+    page = client.get("/ui/effects", params={"state": "dead"}).text
+    assert _table(page, "reasons")[0][0] == "1" and PAN not in page
+    assert "HTTP 422: card" in page
+    _sign_in(client, api_tokens.operator)
+    assert PAN in client.get("/ui/effects", params={"state": "dead"}).text
