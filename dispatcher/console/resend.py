@@ -156,8 +156,8 @@ def _check_one(key: str, row: Any) -> None:
     if row["archived_at"] is not None:
         name = row["endpoint"]
         raise Conflict(f"endpoint {name!r} is archived; {unarchive_hint(name)}, then resend")
-    if row["enabled"] is None:
-        raise Conflict(f"endpoint {row['endpoint']} is not registered; register it first")
+    if not row["registered"]:
+        raise Conflict(f"endpoint {row['endpoint']!r} is not registered; register it first")
 
 
 def _unknown(conn: Connection, key: str) -> NotFound:

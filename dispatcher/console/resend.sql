@@ -8,7 +8,7 @@
 -- its payload's fate (purged by retention, or erased: last_error holds the
 -- erasure's note) and its endpoint's (archived, paused).
 SELECT e.id, e.state, e.endpoint, e.purged_at, e.last_error,
-       ep.archived_at, COALESCE(ep.enabled, false) AS enabled
+       ep.name IS NOT NULL AS registered, ep.archived_at, COALESCE(ep.enabled, false) AS enabled
 FROM effects e
 LEFT JOIN endpoints ep ON ep.name = e.endpoint
 WHERE e.idempotency_key = :key

@@ -86,6 +86,15 @@ def test_a_resend_is_refused_with_its_reason_for_every_effect_it_must_not_send(
         )
     mail = {"subject": "Your invoice", "text": "Hi"}
     archived = _delivered(engine, "on-email", endpoint="billing-email", payload=mail).key
+    unregistered = "ab" * 32
+    with engine.begin() as conn:  # a Spark row naming an endpoint nobody registered
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, state)"
+                " VALUES (:k, 'nowhere', '{}', 'x', 'dead')"
+            ),
+            {"k": unregistered},
+        )
     archive = {"reason": "retired"}
     assert client.post(
         "/v1/endpoints/billing-email/archive", json=archive, headers=operator
@@ -98,6 +107,7 @@ def test_a_resend_is_refused_with_its_reason_for_every_effect_it_must_not_send(
         pending: (409, "waiting to be sent already"),
         uncertain: (409, "outbox effects resolve"),
         archived: (409, "outbox endpoints unarchive billing-email"),
+        unregistered: (409, "'nowhere' is not registered"),
         "0" * 64: (404, "no effect"),
     }
     for key, (status, words) in expected.items():
