@@ -165,16 +165,22 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     e = detail.effect
     produced = f"{e.job} / {e.batch_id}" if e.job else "enqueue()"
+    asked = detail.resend
+    resend = (
+        asked and f"by {asked.actor} at {output.cell(asked.at)} (action {asked.id}): {asked.reason}"
+    )
     for name, value in (
         ("idempotency_key", e.idempotency_key),
         ("state", e.state),
         ("endpoint", e.endpoint),
         ("recipient", e.recipient),
+        ("reference", e.reference),
         ("attempts", e.attempt_count),
         ("created_at", e.created_at),
         ("delivered_at", e.delivered_at),
         ("next_attempt_at", e.next_attempt_at),
         ("last_error", e.last_error),
+        ("resend", resend),
         ("produced by", produced),
         ("payload", e.payload),
     ):
@@ -182,13 +188,15 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
     if detail.attempts:
         print()
         output.table(
-            ("#", "started_at", "outcome", "status", "ms", "error"),
-            (
-                (a.attempt, a.started_at, a.outcome, a.status_code, f"{a.duration_ms:.0f}", a.error)
-                for a in detail.attempts
-            ),
+            ("#", "started_at", "outcome", "status", "ms", "resend", "error"),
+            (_attempt_row(a) for a in detail.attempts),
         )
     return 0
+
+
+def _attempt_row(a: audit.Attempt) -> tuple[object, ...]:
+    by = a.resend_by and f"by {a.resend_by} (action {a.resend_action_id})"
+    return (a.attempt, a.started_at, a.outcome, a.status_code, f"{a.duration_ms:.0f}", by, a.error)
 
 
 def list_rejects(args: argparse.Namespace, settings: Settings) -> int:

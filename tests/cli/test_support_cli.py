@@ -79,6 +79,10 @@ def test_an_operator_resends_from_the_cli_after_a_dry_run_and_a_refusal_names_wh
     assert "dry run: 1 effect(s)" in capsys.readouterr().out
     assert main(["effects", "resend", delivered, *reason]) == 0
     assert "1 effect(s) of " + delivered + " will be sent again" in capsys.readouterr().out
+    assert main(["effects", "show", delivered]) == 0
+    shown = capsys.readouterr().out
+    assert "state            pending" in shown and "resend           by cli:" in shown
+    assert "customer restored a backup" in shown
     assert main(["effects", "resend", pending, *reason]) == 2
     assert "only a delivered or dead effect is resent" in capsys.readouterr().err
     bulk = ["effects", "resend", "--reference", "INV-2025-0042", "--state", "delivered"]
