@@ -140,13 +140,13 @@ def list_effects(args: argparse.Namespace, settings: Settings) -> int:
             total = lists.count(conn, flt) if page.next_cursor or args.cursor else None
     finally:
         engine.dispose()
-    if total is not None:  # the page is not the whole list: say how much is left out
-        print(f"showing {len(page.items)} of {total}", file=sys.stderr)
     if args.json:
         output.as_json(EffectPagePublic, page)
-        output.more(page.next_cursor)
-        return 0
-    output.table(LIST_COLUMNS, ([getattr(e, c) for c in LIST_FIELDS] for e in page.items))
+    else:
+        output.table(LIST_COLUMNS, ([getattr(e, c) for c in LIST_FIELDS] for e in page.items))
+    if total is not None:  # the page is not the whole list: say how much is left out
+        sys.stdout.flush()
+        print(f"showing {len(page.items)} of {total}", file=sys.stderr)
     output.more(page.next_cursor)
     return 0
 
