@@ -107,7 +107,8 @@ def _aware(field: str, value: dt.datetime | None) -> dt.datetime:
         )
     if value.tzinfo is None:
         raise InvalidFilter(field, "has no time zone", "append Z or an offset like +01:00")
-    return value
+    # In UTC: PostgreSQL refuses offsets beyond 15:59 and seconds in one that ISO allows.
+    return value.astimezone(dt.UTC)
 
 
 def build_filter(

@@ -378,3 +378,16 @@ def test_any_cursor_is_a_page_or_a_422_never_a_500(
         assert page.json()["detail"][0]["loc"][-1] == "cursor"
     export = client.get("/v1/effects.csv", params=params, headers=auth)
     assert export.status_code in (200, 422), (cursor, export.text)
+
+
+def test_a_window_in_an_offset_postgresql_refuses_is_answered_not_a_500(
+    client: TestClient, api_tokens: Tokens
+) -> None:
+    """ISO 8601 and Python take +16:00, PostgreSQL does not: the filter hands it UTC
+    (the contract test found the 500 once a dead-letter search needed no 31-day cap)."""
+    window = {"since": "1999-01-01T00:00:00Z", "until": "2000-01-01T00:00:00+16:00"}
+    auth = api_tokens.auth("operator")
+    page = client.get("/v1/effects", params={"state": "dead", **window}, headers=auth)
+    assert page.status_code == 200 and page.json()["items"] == []
+    body = {"reason": "r", **window}
+    assert client.post("/v1/effects/bulk-requeue", json=body, headers=auth).status_code == 200
