@@ -24,8 +24,10 @@ from spark_outbox.api.routes import (
     effects,
     operator,
     rejects,
+    resend,
     status,
     ui,
+    ui_lists,
     uncertain,
 )
 from spark_outbox.core import db
@@ -60,7 +62,19 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    for module in (status, effects, batches, rejects, operator, uncertain, admin, ui, docs):
+    for module in (
+        status,
+        effects,
+        batches,
+        rejects,
+        operator,
+        resend,
+        uncertain,
+        admin,
+        ui,
+        ui_lists,
+        docs,
+    ):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 

@@ -25,9 +25,14 @@ def _text(max_length: int, description: str) -> object:
 
 def effect_filter(
     since: Annotated[
-        dt.datetime | None, Query(description=f"required; ISO 8601 with zone; ≤ {MAX_RANGE_DAYS} d")
+        dt.datetime | None,
+        Query(
+            description=f"ISO 8601 with zone; required for a broad search (≤ {MAX_RANGE_DAYS} d), "
+            "optional for a narrow one: a batch, a recipient, a reference, a key prefix, or the "
+            "state pending, leased, dead or uncertain"
+        ),
     ] = None,
-    until: Annotated[dt.datetime | None, Query(description="required; exclusive")] = None,
+    until: Annotated[dt.datetime | None, Query(description="with since; exclusive")] = None,
     job: Annotated[str | None, _text(200, "job name")] = None,
     batch_id: Annotated[str | None, _text(200, "batch id (needs job)")] = None,
     endpoint: Annotated[str | None, _text(200, "endpoint name")] = None,
@@ -38,8 +43,13 @@ def effect_filter(
     state: Annotated[
         str | None, Query(description="pending, leased, delivered, dead, cancelled or uncertain")
     ] = None,
+    key_prefix: Annotated[
+        str | None,
+        _text(80, "the start of a key as reports print it: 8+ hex characters, e.g. 13dd1f9d44fa…"),
+    ] = None,
 ) -> EffectFilter:
-    """The filter, checked: a missing or over-wide time range is a 422 naming the fix."""
+    """The filter, checked: a broad search without its time range, or over 31 days, is a
+    422 naming the fix."""
     return build_filter(
         since=since,
         until=until,
@@ -49,6 +59,7 @@ def effect_filter(
         recipient=recipient,
         reference=reference,
         state=state,
+        key_prefix=key_prefix,
     )
 
 

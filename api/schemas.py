@@ -61,6 +61,9 @@ class EffectRecordPublic(EffectPublic):
     supersedes: str | None = Field(
         None, description="a correction: the key of the effect this one replaces"
     )
+    resend_action_id: int | None = Field(
+        None, description="the operator action of the latest resend asked for (see resend)"
+    )
 
 
 class AttemptPublic(Public):
@@ -73,6 +76,10 @@ class AttemptPublic(Public):
     error_class: str | None
     error: str | None
     response_excerpt: str | None
+    resend_action_id: int | None = Field(
+        None, description="set on an attempt of an operator's resend: that operator action"
+    )
+    resend_by: str | None = Field(None, description="the operator who asked for the resend")
 
 
 class BatchPublic(Public):
@@ -94,12 +101,25 @@ class BatchPublic(Public):
     hold_reason: str | None = Field(None, description="why the volume guard held the batch")
 
 
+class OperatorActionPublic(Public):
+    id: int
+    at: Instant
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: dict[str, Any]
+
+
 class EffectDetailPublic(Public):
     effect: EffectRecordPublic
     attempts: list[AttemptPublic]
     batch: BatchPublic | None = Field(description="the commit marker of the producing batch")
     superseded_by: list[str] = Field(
         default_factory=list, description="keys of the corrections that replace this effect"
+    )
+    resend: OperatorActionPublic | None = Field(
+        None, description="the latest resend an operator asked for (who, when, why)"
     )
 
 
@@ -208,16 +228,6 @@ class StatusPublic(Public):
         description="keys enqueue() met again with another payload in the last 24 h (newest "
         "20; the first payload stays)"
     )
-
-
-class OperatorActionPublic(Public):
-    id: int
-    at: Instant
-    actor: str
-    action: str
-    target: str
-    reason: str
-    details: dict[str, Any]
 
 
 class ActionCreate(BaseModel):

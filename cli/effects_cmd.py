@@ -13,15 +13,26 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+import sys
 from typing import Any
 
-from spark_outbox.cli import output, uncertain_cmd
+from spark_outbox.cli import lookup_cmd, output, resend_cmd, uncertain_cmd
 from spark_outbox.cli.database import cli_actor, database_url
-from spark_outbox.console import audit, rejects
-from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from spark_outbox.cli.filter_args import instant
+from spark_outbox.console import audit, lists, rejects
+from spark_outbox.console.filters import (
+    MAX_PAGE,
+    MAX_RANGE_DAYS,
+    EffectFilter,
+    InvalidFilter,
+    build_filter,
+)
 from spark_outbox.core import db
-from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.settings import Settings
+
+LIST_COLUMNS = ("created_at", "state", "attempts", "endpoint", "recipient", "reference")
+LIST_COLUMNS += ("idempotency_key",)
+LIST_FIELDS = tuple(c.replace("attempts", "attempt_count") for c in LIST_COLUMNS)
 
 
 def register(sub: Any) -> None:
@@ -31,24 +42,35 @@ def register(sub: Any) -> None:
     ls.add_argument("--job", help="job name (default: any; with --batch-id: one batch, no window)")
     ls.add_argument("--batch-id", help="batch id, needs --job (default: any)")
     ls.add_argument("--endpoint", help="endpoint name (default: any)")
-    ls.add_argument("--recipient", help="recipient, exact (default: any)")
+    ls.add_argument("--recipient", help="recipient, exact, any age (default: any)")
+    ls.add_argument(
+        "--reference", help="business reference (an invoice number), exact, any age (default: any)"
+    )
+    ls.add_argument(
+        "--key-prefix",
+        help="the start of a key as reports print it (8+ hex, e.g. 13dd1f9d44fa…; default: any)",
+    )
     ls.add_argument(
         "--state",
         help="pending, leased, delivered, dead, cancelled or uncertain (default: any)",
     )
     ls.add_argument(
         "--since",
-        help=f"ISO 8601 with a zone (default: {MAX_RANGE_DAYS} days before --until; "
-        "none for a batch)",
+        help=f"ISO 8601 with a zone (default: {MAX_RANGE_DAYS} days before --until for a broad "
+        "search; none for a batch, a recipient, a reference, a key prefix or a work state)",
     )
     ls.add_argument("--until", help="ISO 8601 with a zone, exclusive (default: now)")
     _page_args(ls)
     ls.set_defaults(handler=list_effects)
     show = cmds.add_parser("show", help="one effect: payload, attempts, its batch")
-    show.add_argument("key", help="the idempotency key (64 hex)")
+    show.add_argument(
+        "key", help="the idempotency key (64 hex), or its start as printed (13dd1f9d44fa…)"
+    )
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=show_effect)
     uncertain_cmd.register(cmds)
+    lookup_cmd.register(cmds)
+    resend_cmd.register(cmds)
 
     r = sub.add_parser("rejects", help="rows a batch refused, with the reasons")
     rcmds = r.add_subparsers(dest="rejects_command", required=True, metavar="ACTION")
@@ -79,26 +101,28 @@ def _page_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the page as JSON (as the API)")
 
 
-def _instant(field: str, raw: str | None) -> dt.datetime | None:
-    if raw is None:
-        return None
-    try:
-        at = dt.datetime.fromisoformat(raw)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
-        raise InvalidRequest(
-            field, f"{raw!r} is not ISO 8601 with a zone", "write e.g. 2026-11-23T08:00:00Z"
-        )
-    return at
-
-
-def _window(args: argparse.Namespace) -> tuple[dt.datetime | None, dt.datetime | None]:
-    since, until = _instant("since", args.since), _instant("until", args.until)
-    if args.job and args.batch_id and since is None and until is None:
-        return None, None  # a batch bounds the search
+def _filter(args: argparse.Namespace) -> EffectFilter:
+    """The search's filter; a broad one without a window gets the last 31 days."""
+    given = {
+        "job": args.job,
+        "batch_id": args.batch_id,
+        "endpoint": args.endpoint,
+        "recipient": args.recipient,
+        "reference": args.reference,
+        "key_prefix": args.key_prefix,
+        "state": args.state,
+    }
+    since, until = instant("since", args.since), instant("until", args.until)
+    if since is None and until is None:
+        try:
+            return build_filter(since=None, until=None, **given)
+        except InvalidFilter as exc:
+            if exc.field != "since":
+                raise
     until = until or dt.datetime.now(dt.UTC)
-    return since or until - dt.timedelta(days=MAX_RANGE_DAYS), until
+    return build_filter(
+        since=since or until - dt.timedelta(days=MAX_RANGE_DAYS), until=until, **given
+    )
 
 
 def _connect(settings: Settings) -> Any:
@@ -108,33 +132,21 @@ def _connect(settings: Settings) -> Any:
 def list_effects(args: argparse.Namespace, settings: Settings) -> int:
     from spark_outbox.api.schemas import EffectPagePublic
 
-    since, until = _window(args)
-    flt = build_filter(
-        since=since,
-        until=until,
-        job=args.job,
-        batch_id=args.batch_id,
-        endpoint=args.endpoint,
-        recipient=args.recipient,
-        state=args.state,
-    )
+    flt = _filter(args)
     engine = _connect(settings)
     try:
         with db.translated(), engine.connect() as conn:
             page = audit.search(conn, flt, limit=args.limit, cursor=args.cursor)
+            total = lists.count(conn, flt) if page.next_cursor or args.cursor else None
     finally:
         engine.dispose()
     if args.json:
         output.as_json(EffectPagePublic, page)
-        return 0
-    columns = ("created_at", "state", "attempts", "endpoint", "recipient", "idempotency_key")
-    output.table(
-        columns,
-        (
-            (e.created_at, e.state, e.attempt_count, e.endpoint, e.recipient, e.idempotency_key)
-            for e in page.items
-        ),
-    )
+    else:
+        output.table(LIST_COLUMNS, ([getattr(e, c) for c in LIST_FIELDS] for e in page.items))
+    if total is not None:  # the page is not the whole list: say how much is left out
+        sys.stdout.flush()
+        print(f"showing {len(page.items)} of {total}", file=sys.stderr)
     output.more(page.next_cursor)
     return 0
 
@@ -145,7 +157,7 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
     engine = _connect(settings)
     try:
         with db.translated(), engine.connect() as conn:
-            detail = audit.effect_detail(conn, args.key)
+            detail = audit.effect_detail(conn, lookup_cmd.one_key(conn, args.key))
     finally:
         engine.dispose()
     if args.json:
@@ -153,16 +165,22 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     e = detail.effect
     produced = f"{e.job} / {e.batch_id}" if e.job else "enqueue()"
+    asked = detail.resend
+    resend = (
+        asked and f"by {asked.actor} at {output.cell(asked.at)} (action {asked.id}): {asked.reason}"
+    )
     for name, value in (
         ("idempotency_key", e.idempotency_key),
         ("state", e.state),
         ("endpoint", e.endpoint),
         ("recipient", e.recipient),
+        ("reference", e.reference),
         ("attempts", e.attempt_count),
         ("created_at", e.created_at),
         ("delivered_at", e.delivered_at),
         ("next_attempt_at", e.next_attempt_at),
         ("last_error", e.last_error),
+        ("resend", resend),
         ("produced by", produced),
         ("payload", e.payload),
     ):
@@ -170,13 +188,15 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
     if detail.attempts:
         print()
         output.table(
-            ("#", "started_at", "outcome", "status", "ms", "error"),
-            (
-                (a.attempt, a.started_at, a.outcome, a.status_code, f"{a.duration_ms:.0f}", a.error)
-                for a in detail.attempts
-            ),
+            ("#", "started_at", "outcome", "status", "ms", "resend", "error"),
+            (_attempt_row(a) for a in detail.attempts),
         )
     return 0
+
+
+def _attempt_row(a: audit.Attempt) -> tuple[object, ...]:
+    by = a.resend_by and f"by {a.resend_by} (action {a.resend_action_id})"
+    return (a.attempt, a.started_at, a.outcome, a.status_code, f"{a.duration_ms:.0f}", by, a.error)
 
 
 def list_rejects(args: argparse.Namespace, settings: Settings) -> int:

@@ -48,8 +48,10 @@ def search_effects(
     limit: Annotated[int, PAGE_LIMIT] = 100,
     cursor: Annotated[str | None, Query(max_length=200, description="next_cursor")] = None,
 ) -> EffectPagePublic:
-    """A keyset page, newest first. since/until (at most 31 days apart) are required,
-    except for a batch's search (job and batch_id), which a batch bounds.
+    """A keyset page, newest first. A narrow search (a batch: job and batch_id; a
+    recipient; a reference; a key prefix; the state pending, leased, dead or uncertain)
+    finds effects at any age; a broad one (an endpoint, a job, delivered, cancelled)
+    needs since/until, at most 31 days apart.
 
     For the support role, last_error is masked as in the effect's detail."""
     mask = masked_for(token, settings)

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hmac
-import re
 import secrets
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlencode
 
 import jinja2
-from fastapi import APIRouter, Cookie, Depends, Form, Query, Request
+from fastapi import APIRouter, Cookie, Depends, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
@@ -42,23 +41,21 @@ from markupsafe import Markup
 from spark_outbox.api.chart import svg as chart_svg
 from spark_outbox.api.deps import Conn, SettingsDep, masked_for
 from spark_outbox.api.params import Key
-from spark_outbox.console import admin, audit, health, operations, reconcile, tokens, uncertain
-from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from spark_outbox.console import (
+    admin,
+    audit,
+    health,
+    operations,
+    resend,
+    tokens,
+    uncertain,
+)
 from spark_outbox.core.errors import NotFound, OutboxError
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.timestamps import iso
-from spark_outbox.core.validation import MAX_REFERENCE_CHARS
 
 COOKIE = "outbox_session"
-KEY = re.compile(r"^[0-9a-f]{64}$")
-BATCH_PAGE = 100
 CHART_HOURS = 6
-SEARCH_ORDER = (
-    "an idempotency key (64 hex characters) opens the effect",
-    "job/batch_id of a committed batch opens the batch",
-    "a business reference (e.g. an invoice number), exact",
-    "a recipient, exact",
-)
 SESSION_S = 12 * 3600
 # What every /ui response says to the browser (api/app.py adds them).
 SECURITY_HEADERS = {
@@ -111,7 +108,7 @@ def login_cookie(settings: Settings) -> str:
     return "__Host-outbox_login" if _secure(settings) else "outbox_login"
 
 
-def _page(request: Request, name: str, code: int = 200, **context: object) -> HTMLResponse:
+def render(request: Request, name: str, code: int = 200, **context: object) -> HTMLResponse:
     cookie = request.cookies.get(COOKIE)
     context["csrf"] = tokens.csrf_token(cookie) if cookie else ""
     return templates.TemplateResponse(request, name, context, status_code=code)
@@ -122,7 +119,7 @@ def _login_page(request: Request, code: int, error: str | None) -> HTMLResponse:
     settings: Settings = request.app.state.settings
     nonce = secrets.token_urlsafe(32)
     plain_http = request.url.scheme == "http" and _secure(settings)
-    response = _page(
+    response = render(
         request, "login.html", code=code, error=error, login_csrf=nonce, plain_http=plain_http
     )
     response.set_cookie(
@@ -144,7 +141,7 @@ def error_page(request: Request, exc: OutboxError, status: int) -> Response:
         # A first visit has no cookie and tried nothing: show the form, not an error.
         tried = request.cookies.get(COOKIE) or signing_in
         return _login_page(request, status, str(exc) if tried else None)
-    return _page(request, "error.html", code=status, error=str(exc), status_code=status)
+    return render(request, "error.html", code=status, error=str(exc), status_code=status)
 
 
 def _check_csrf(expected: str, csrf: str) -> None:
@@ -155,7 +152,7 @@ def _check_csrf(expected: str, csrf: str) -> None:
 @router.get("", response_class=HTMLResponse)
 def home(request: Request, conn: Conn, token: Session) -> HTMLResponse:
     chart = chart_svg(health.activity(conn, hours=CHART_HOURS))
-    return _page(
+    return render(
         request,
         "home.html",
         token=token,
@@ -218,94 +215,19 @@ def logout(
     return response
 
 
-@router.get("/search", response_class=HTMLResponse)
-def search(request: Request, conn: Conn, token: Session, q: str = "") -> Response:
-    """One box; the first that matches wins (SEARCH_ORDER, shown on the page): a key
-    opens the effect, ``job/batch_id`` of a committed batch opens the batch, then
-    effects by business reference, else by recipient (both exact, last 31 days)."""
-    q = q.strip().replace("\x00", "")
-    if not q:
-        return RedirectResponse("/ui", status_code=303)
-    if KEY.match(q):
-        return RedirectResponse(f"/ui/effects/{q}", status_code=303)
-    if "/" in q:
-        job, batch_id = q.split("/", 1)
-        if audit.batch_exists(conn, job, batch_id):
-            return RedirectResponse(_batch_url(job, batch_id), status_code=303)
-    until = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
-    since = until - dt.timedelta(days=MAX_RANGE_DAYS)
-    for matched in ("reference", "recipient"):
-        flt = build_filter(since=since, until=until, **{matched: q[:MAX_REFERENCE_CHARS]})
-        page = audit.search(conn, flt, limit=MAX_PAGE)
-        if page.items:
-            break
-    return _page(
-        request,
-        "results.html",
-        token=token,
-        q=q,
-        page=page,
-        matched=matched if page.items else None,
-        days=MAX_RANGE_DAYS,
-        order=SEARCH_ORDER,
-    )
-
-
-def _batch_url(job: str, batch_id: str, cursor: str | None = None) -> str:
-    """The batch page's URL, every part percent-encoded (ids may hold / ? # % and spaces)."""
-    query = {"job": job, "batch_id": batch_id} | ({"cursor": cursor} if cursor else {})
+def batch_url(job: str, batch_id: str, **more: str | None) -> str:
+    """The batch page's URL, every part percent-encoded (ids may hold / ? # % and spaces);
+    ``more``: its page cursors, those not None."""
+    query = {"job": job, "batch_id": batch_id} | {k: v for k, v in more.items() if v}
     return "/ui/batch?" + urlencode(query)
 
 
 def _batch_link(item: object) -> str:
     """Template filter: the batch page of anything with ``job`` and ``batch_id``."""
-    return _batch_url(str(getattr(item, "job", "")), str(getattr(item, "batch_id", "")))
+    return batch_url(str(getattr(item, "job", "")), str(getattr(item, "batch_id", "")))
 
 
 templates.env.filters["batch_url"] = _batch_link
-
-
-@router.get("/batch", response_class=HTMLResponse)
-def batch(
-    request: Request,
-    conn: Conn,
-    token: Session,
-    job: Annotated[str, Query(min_length=1, max_length=200)],
-    batch_id: Annotated[str, Query(min_length=1, max_length=1000)],
-    cursor: Annotated[str | None, Query(max_length=200)] = None,
-) -> HTMLResponse:
-    """A batch (any id: it travels as a query parameter), its reconciliation, and its
-    effects a keyset page at a time."""
-    job, batch_id = job.replace("\x00", ""), batch_id.replace("\x00", "")
-    recon = reconcile.batch(conn, job, batch_id)
-    at = recon.committed_at
-    flt = build_filter(
-        since=at - dt.timedelta(days=MAX_RANGE_DAYS - 1),
-        until=at + dt.timedelta(days=1),
-        job=job,
-        batch_id=batch_id,
-    )
-    page = audit.search(conn, flt, limit=BATCH_PAGE, cursor=cursor)
-    next_url = _batch_url(job, batch_id, page.next_cursor) if page.next_cursor else None
-    return _page(
-        request,
-        "batch.html",
-        token=token,
-        batch=audit.batch_detail(conn, job, batch_id),
-        recon=recon,
-        page=page,
-        next_url=next_url,
-        first_url=_batch_url(job, batch_id) if cursor else None,
-    )
-
-
-@router.get("/uncertain", response_class=HTMLResponse)
-def uncertain_page(
-    request: Request, conn: Conn, token: Session, settings: SettingsDep
-) -> HTMLResponse:
-    """Effects whose send started with an unknown outcome (masked for support)."""
-    found = uncertain.listed(conn, limit=MAX_PAGE, mask=masked_for(token, settings))
-    return _page(request, "uncertain.html", token=token, effects=found)
 
 
 @router.get("/effects/{key}", response_class=HTMLResponse)
@@ -313,7 +235,7 @@ def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
     detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
-    return _page(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
+    return render(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
 
 
 @router.post("/effects/{key}/{action}")
@@ -326,8 +248,8 @@ def act(
     reason: Annotated[str, Form()],
     csrf: Annotated[str, Form()],
 ) -> Response:
-    """The requeue, cancel, mark-delivered and send-again buttons (operators only,
-    CSRF-checked)."""
+    """The requeue, cancel, mark-delivered, send-again and resend buttons (operators
+    only, CSRF-checked)."""
     _check_csrf(tokens.csrf_token(cookie), csrf)
     tokens.require_operator(token)
     if action == "requeue":
@@ -336,6 +258,10 @@ def act(
         operations.cancel(conn, key, actor=token.name, reason=reason)
     elif action in uncertain.ACTIONS:
         uncertain.resolve(conn, key, action, actor=token.name, reason=reason, dry_run=False)
+    elif action == "resend":
+        resend.resend(conn, key, actor=token.name, reason=reason, dry_run=False)
     else:
-        raise NotFound(f"no action {action!r}; use requeue, cancel, mark_delivered or send_again")
+        raise NotFound(
+            f"no action {action!r}; use requeue, cancel, mark_delivered, send_again or resend"
+        )
     return RedirectResponse(f"/ui/effects/{key}", status_code=303)

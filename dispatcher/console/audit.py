@@ -72,6 +72,7 @@ class EffectRecord(EffectSummary):
     lease_owner: str | None
     lease_expires_at: dt.datetime | None
     supersedes: str | None  # a correction: the key of the effect it replaces
+    resend_action_id: int | None  # the operator's latest resend of it (operator_actions.id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,8 @@ class Attempt:
     error_class: str | None
     error: str | None
     response_excerpt: str | None
+    resend_action_id: int | None = None  # an attempt of an operator's resend
+    resend_by: str | None = None  # ... and the operator who asked for it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,11 +109,23 @@ class BatchMarker:
 
 
 @dataclasses.dataclass(frozen=True)
+class OperatorAction:
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class EffectDetail:
     effect: EffectRecord
     attempts: list[Attempt]
     batch: BatchMarker | None
     superseded_by: list[str] = dataclasses.field(default_factory=list)  # its corrections
+    resend: OperatorAction | None = None  # the latest resend an operator asked for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,17 +139,6 @@ class BatchDetail:
     marker: BatchMarker
     # pending, leased, delivered, dead, cancelled (all present, zero if none) and rejects.
     live: dict[str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class OperatorAction:
-    id: int
-    at: dt.datetime
-    actor: str
-    action: str
-    target: str
-    reason: str
-    details: dict[str, Any]
 
 
 def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> EffectDetail:
@@ -167,7 +171,13 @@ def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> Ef
         found = marker.first()
         batch = from_row(BatchMarker, found) if found is not None else None
     later = [r[0] for r in conn.execute(_Q["superseded_by"], {"key": key})]
-    detail = EffectDetail(effect=effect, attempts=attempts, batch=batch, superseded_by=later)
+    resend = None
+    if effect.resend_action_id is not None:
+        found_action = conn.execute(_Q["action_by_id"], {"id": effect.resend_action_id})
+        resend = from_row(OperatorAction, found_action.mappings().one())
+    detail = EffectDetail(
+        effect=effect, attempts=attempts, batch=batch, superseded_by=later, resend=resend
+    )
     return _masked_detail(detail, mask) if mask else detail
 
 
@@ -186,7 +196,10 @@ def _masked_detail(detail: EffectDetail, paths: Sequence[str]) -> EffectDetail:
         dataclasses.replace(a, error=text(a.error), response_excerpt=text(a.response_excerpt))
         for a in detail.attempts
     ]
-    return dataclasses.replace(detail, effect=effect, attempts=attempts)
+    resend = detail.resend
+    if resend is not None:  # an operator's reason may quote the customer
+        resend = dataclasses.replace(resend, reason=masking.mask_urls(text(resend.reason) or ""))
+    return dataclasses.replace(detail, effect=effect, attempts=attempts, resend=resend)
 
 
 def _masked_summaries(

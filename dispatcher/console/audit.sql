@@ -1,14 +1,15 @@
 -- name: effect_by_key
 -- One effect by its key (uq_effects_idempotency_key). A finished effect (delivered,
--- dead, cancelled) has no next attempt, whatever the column still holds.
+-- dead, cancelled) has no next attempt, whatever the column still holds, and
+-- neither has an uncertain one: nothing sends it before an operator decides.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
        attempt_count,
-       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain') THEN NULL
             WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
        purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
-       supersedes
+       supersedes, resend_action_id
 FROM visible_effects
 WHERE idempotency_key = :key;
 
@@ -20,13 +21,22 @@ ORDER BY created_at, id
 LIMIT 20;
 
 -- name: attempts_of_effect
--- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt).
-SELECT attempt, worker_id, started_at, duration_ms, outcome, status_code, error_class, error,
-       response_excerpt
-FROM delivery_attempts
-WHERE effect_id = :effect_id
-ORDER BY attempt, id
+-- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt);
+-- an attempt of a resend with the operator who asked for it (pk_operator_actions).
+SELECT a.attempt, a.worker_id, a.started_at, a.duration_ms, a.outcome, a.status_code,
+       a.error_class, a.error, a.response_excerpt, a.resend_action_id,
+       oa.actor AS resend_by
+FROM delivery_attempts a
+LEFT JOIN operator_actions oa ON oa.id = a.resend_action_id
+WHERE a.effect_id = :effect_id
+ORDER BY a.attempt, a.id
 LIMIT :limit;
+
+-- name: action_by_id
+-- One operator action (pk_operator_actions): the resend an effect carries.
+SELECT id, at, actor, action, target, reason, details
+FROM operator_actions
+WHERE id = :id;
 
 -- name: ledger_entry
 -- A key whose effect row retention has purged is still known to the ledger.
@@ -38,10 +48,12 @@ WHERE idempotency_key = :key;
 -- The audit search: a keyset page ordered by (created_at, id) descending. Absent
 -- filters are NULL; psycopg2 sends literals, so the planner folds the
 -- "IS NULL OR" branches away and picks the index of the filters given
--- (ix_effects_{recipient,reference,job_batch_id,endpoint,state}_created_at_id).
--- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a batch's search.
+-- (ix_effects_{recipient,reference,job_batch_id,endpoint,state}_created_at_id, or a
+-- range of uq_effects_idempotency_key for a key prefix: filters.EffectFilter.params).
+-- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a narrow
+-- search (filters.py), which any age may match.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
-       CASE WHEN state IN ('delivered', 'dead', 'cancelled') THEN NULL
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain') THEN NULL
             WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error, purged_at
@@ -54,6 +66,9 @@ WHERE (CAST(:since AS timestamptz) IS NULL OR created_at >= :since)
   AND (CAST(:recipient AS text) IS NULL OR recipient = :recipient)
   AND (CAST(:reference AS text) IS NULL OR reference = :reference)
   AND (CAST(:state AS text) IS NULL OR state = :state)
+  AND (CAST(:key_prefix AS text) IS NULL
+       OR (idempotency_key >= :key_prefix AND idempotency_key < :key_prefix_end
+           AND starts_with(idempotency_key, :key_prefix)))
   AND (CAST(:cursor_at AS timestamptz) IS NULL
        OR (created_at, id) < (CAST(:cursor_at AS timestamptz), CAST(:cursor_id AS bigint)))
 ORDER BY created_at DESC, id DESC

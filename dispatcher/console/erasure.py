@@ -48,6 +48,11 @@ MAX_BATCH_SIZE = 10_000
 MAX_LISTED = 100
 _SCAN = 1000  # rows a dry-run read or an audit scan takes at a time
 
+# What an erased effect keeps in last_error: the resend refuses such an effect by it
+# (its payload is gone, and must stay gone).
+ERASED_NOTE = "erased (operator action {action_id})"
+ERASED_PREFIX = ERASED_NOTE.split("{", 1)[0]
+
 
 @dataclasses.dataclass(frozen=True)
 class Listed:
@@ -145,7 +150,7 @@ def erase(
             reason=subjects.redact(reason, who.value),
             details={"by": who.by, "planned": _counts(planned)},
         )
-    note = f"erased (operator action {action_id})"
+    note = ERASED_NOTE.format(action_id=action_id)
     rejects = _erase_rejects(engine, who, note, batch_size)
     effects, cancelled, attempts = _erase_effects(engine, who, note, batch_size, on_batch)
     audit_rows = _redact_audit(engine, who, action_id, batch_size)

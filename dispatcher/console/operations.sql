@@ -9,9 +9,12 @@ RETURNING id;
 
 -- name: cancel_pending
 -- Only a pending effect can be cancelled: a leased one is being sent right now,
--- and an invisible one (its run has not committed) does not exist yet.
+-- and an invisible one (its run has not committed) does not exist yet. A resend
+-- cancelled before it went out leaves an effect delivered before delivered again.
 UPDATE effects
-SET state = 'cancelled', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+SET state = CASE WHEN resend_action_id IS NOT NULL AND delivered_at IS NOT NULL
+                 THEN 'delivered' ELSE 'cancelled' END,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
     updated_at = now()
 WHERE id = (SELECT id FROM visible_effects WHERE idempotency_key = :key AND state = 'pending')
 RETURNING id;

@@ -55,6 +55,11 @@ CHECKS = {
         Check(
             "delivered_without_ledger", "range", "every delivered effect's key is in the key ledger"
         ),
+        Check(
+            "delivered_again_unasked",
+            "range",
+            "a delivered key goes out again only on an operator's resend",
+        ),
         Check("lease_overdue", "state", "no lease outlives its expiry by more than the grace"),
         Check("held_batch_leased", "state", "no effect of a held batch is leased"),
         Check(
@@ -176,7 +181,11 @@ class Checker:
             return [], {"finished": 0}, True
         window = {**lo, "hi_at": end.at, "hi_id": int(end.id)}
         rows: list[Violation] = []
-        for name in ("finished_without_attempts", "delivered_without_ledger"):
+        for name in (
+            "finished_without_attempts",
+            "delivered_without_ledger",
+            "delivered_again_unasked",
+        ):
             found = self._rows(conn, name, window)
             self.counts[name] += len(found)
             rows += found

@@ -75,8 +75,32 @@ WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
 ORDER BY e.updated_at, e.id
 LIMIT :limit;
 
+-- name: delivered_again_unasked
+-- Range, the same rows: a delivered key goes out again only when an operator
+-- resends it. A delivered attempt after an earlier delivered one must carry its
+-- resend's action (the record copies effects.resend_action_id); one without is a
+-- second send on our own account. (A lost lease's late record is 'stale', never
+-- 'delivered'.)
+SELECT e.id, e.idempotency_key AS key,
+       'delivered again at attempt ' || a.attempt || ' without an operator''s resend' AS detail
+FROM effects e
+JOIN LATERAL (
+    SELECT a.attempt FROM delivery_attempts a
+    WHERE a.effect_id = e.id AND a.outcome = 'delivered' AND a.resend_action_id IS NULL
+      AND EXISTS (SELECT 1 FROM delivery_attempts b
+                  WHERE b.effect_id = e.id AND b.outcome = 'delivered'
+                    AND (b.attempt, b.id) < (a.attempt, a.id))
+    ORDER BY a.attempt
+    LIMIT 1
+) a ON true
+WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
+  AND (e.updated_at, e.id) > (:lo_at, :lo_id) AND (e.updated_at, e.id) <= (:hi_at, :hi_id)
+  AND e.attempt_count > 1
+ORDER BY e.updated_at, e.id
+LIMIT :limit;
+
 -- name: finished_chunk_end
--- Where this pass of the two checks above ends: the :chunk-th finished row past
+-- Where this pass of the three checks above ends: the :chunk-th finished row past
 -- the watermark (or the last one before :settled_at, rows that finished long
 -- enough ago for their transaction to have committed).
 SELECT s.updated_at AS at, s.id

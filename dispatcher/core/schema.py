@@ -249,6 +249,10 @@ effects = sa.Table(
     sa.Column("last_error", sa.Text),
     # Retention purged the payload (now {}) and the attempts; the row stays as a stub.
     _ts("purged_at"),
+    # An operator's resend (``operator_actions.id``, the latest one): the claim sends
+    # the effect although the key ledger knows it delivered, and its attempts carry
+    # the same id (spark_outbox.console.resend; migration 2710).
+    sa.Column("resend_action_id", sa.BigInteger),
     sa.UniqueConstraint("idempotency_key"),
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
     sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
@@ -338,6 +342,9 @@ delivery_attempts = sa.Table(
     sa.Column("error_class", sa.Text),
     sa.Column("error", sa.Text),
     sa.Column("response_excerpt", sa.Text),
+    # Set on an attempt an operator's resend asked for (``operator_actions.id``): a
+    # resend is recorded as such, never mistaken for a duplicate on our own account.
+    sa.Column("resend_action_id", sa.BigInteger),
     sa.Index(None, "effect_id", "attempt"),
     sa.Index(None, "started_at"),
 )

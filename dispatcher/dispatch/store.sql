@@ -8,7 +8,9 @@
 -- and spent in this same statement (its share is at most the tokens left and the
 -- room under max_in_flight); a resting (circuit breaker) or paused endpoint gets
 -- no share, and an endpoint held back is never walked. A key already in the key
--- ledger is marked delivered here instead of leased: never sent twice by us.
+-- ledger is marked delivered here instead of leased: never sent twice by us. An
+-- operator's resend (resend_action_id) is the one exception: it is sent, and
+-- counted like any lease (rate, max_in_flight), because an operator asked for it.
 WITH RECURSIVE present(endpoint) AS (
     -- The endpoints with unfinished effects, one descent of ix_effects_due each
     -- (a loose index scan): idle endpoints cost nothing, unregistered ones are
@@ -36,7 +38,7 @@ WITH RECURSIVE present(endpoint) AS (
     -- while another claim holds it, this claim skips the endpoint (share 0): a
     -- claim never waits for a lock.
     SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
-           e.id, e.idempotency_key, e.state
+           e.id, e.idempotency_key, e.state, e.resend_action_id
     FROM turns t
     LEFT JOIN LATERAL (
         -- The bucket refilled to this moment (NULL without a rate limit), the room
@@ -53,7 +55,7 @@ WITH RECURSIVE present(endpoint) AS (
         FOR UPDATE OF b SKIP LOCKED
     ) s ON true
     CROSS JOIN LATERAL (
-        SELECT e.id, e.idempotency_key, e.state
+        SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
         FROM due_effects e
         WHERE e.endpoint = t.endpoint
         ORDER BY e.next_attempt_at
@@ -68,10 +70,12 @@ WITH RECURSIVE present(endpoint) AS (
     LIMIT :limit
 ), known AS MATERIALIZED (
     -- One probe of the ledger's key index per claimed row: a join here let the
-    -- planner hash the whole ledger on every claim (O(ledger) per claim).
-    SELECT due.id, (SELECT k.delivered_at FROM key_ledger k
-                    WHERE k.idempotency_key = due.idempotency_key
-                      AND k.state = 'delivered') AS delivered_at
+    -- planner hash the whole ledger on every claim (O(ledger) per claim). A resend
+    -- skips the probe: the operator asked for this send of a delivered key.
+    SELECT due.id, CASE WHEN due.resend_action_id IS NULL THEN
+                       (SELECT k.delivered_at FROM key_ledger k
+                        WHERE k.idempotency_key = due.idempotency_key
+                          AND k.state = 'delivered') END AS delivered_at
     FROM due
 ), spent AS (
     -- The limited endpoints' budgets: tokens taken (refilled to this moment first),
@@ -118,7 +122,8 @@ SET LOCAL synchronous_commit = on;
 -- its lease token (a worker that lost its lease changes nothing on the effect;
 -- its attempt is logged as 'stale'); a delivery writes the key ledger in the
 -- same transaction; a 410 pauses the endpoint, audited (actor 'system') as an
--- operator's pause is, in the same statement.
+-- operator's pause is, in the same statement. An attempt of a resend carries its
+-- effect's resend_action_id (the operator's action that asked for it).
 -- The outcomes come as one JSON array of arrays (store.record): eleven typed
 -- arrays cost the driver ~8 us a row to quote and the server as much to parse
 -- (measured, every column read: 15.4-16.8 us a row round trip; as jsonb 3.6-3.7;
@@ -194,14 +199,18 @@ WITH r AS (
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
                                    duration_ms, outcome, status_code, error_class, error,
-                                   response_excerpt)
+                                   response_excerpt, resend_action_id)
     SELECT r.id, r.attempt, :worker_id, r.token, r.started_at, r.duration_ms,
            -- a hashed lookup: a join on the CTE planned as a nested loop (O(n^2))
            CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
                 THEN r.outcome ELSE 'stale' END,
-           r.status_code, r.error_class, r.error, r.excerpt
+           r.status_code, r.error_class, r.error, r.excerpt,
+           -- (the row as the lease saw it: this statement's snapshot; a stale
+           -- attempt may predate the resend, so it is not marked)
+           CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
+                THEN e.resend_action_id END
     FROM r
-    WHERE EXISTS (SELECT 1 FROM effects e WHERE e.id = r.id)
+    JOIN effects e ON e.id = r.id
 ), counted AS MATERIALIZED (
     -- The leases that ended on an endpoint with max_in_flight (store.record then
     -- takes them off its count, see leases_ended): looked up per row below, so
@@ -270,6 +279,7 @@ RETURNING e.id;
 -- leaves its endpoint's max_in_flight count as a recorded one does.
 WITH expired AS (
     SELECT e.id, e.lease_owner, e.lease_token, e.attempt_count, e.send_started_at,
+           e.resend_action_id,
            'the send started at ' || to_char(e.send_started_at AT TIME ZONE 'UTC',
                                              'YYYY-MM-DD"T"HH24:MI:SS"Z"')
            || ' and its lease expired with no outcome recorded (dispatcher '
@@ -288,10 +298,10 @@ WITH expired AS (
     RETURNING e.id, e.idempotency_key, e.endpoint
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
-                                   duration_ms, outcome, error_class, error)
+                                   duration_ms, outcome, error_class, error, resend_action_id)
     SELECT x.id, x.attempt_count, COALESCE(x.lease_owner, '?'), x.lease_token,
            x.send_started_at, 1000 * EXTRACT(EPOCH FROM now() - x.send_started_at),
-           'uncertain', 'LeaseExpired', x.reason
+           'uncertain', 'LeaseExpired', x.reason, x.resend_action_id
     FROM expired x
 ), freed AS (
     UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)

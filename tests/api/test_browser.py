@@ -8,12 +8,18 @@ Playwright drives the system browser: it never downloads one.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from spark_outbox.core.schema import rejects
 from tests.api.builders import add_attempt, add_batch, add_effect, story
 from tests.api.conftest import Served, Tokens
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
@@ -147,3 +153,80 @@ def test_status_chart_and_a_streaming_batch_page_in_the_browser(
                 page.screenshot(path=f"{shots}/status-chart.png", full_page=True)
         finally:
             browser.close()
+
+
+def test_support_walks_from_a_tile_to_a_list_to_an_effect_and_an_operator_resends_it(
+    served: Served, api_tokens: Tokens, engine: Engine
+) -> None:
+    """The dead tile leads to the dead list (by endpoint, reasons grouped, pages with
+    counts); a key's printed start opens its effect; the batch page lists its rejects;
+    an operator's Resend button records a resend that support then sees."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium")
+    from playwright.sync_api import expect, sync_playwright
+
+    with engine.begin() as conn:
+        dead = []
+        for i in range(105):
+            effect = add_effect(conn, f"dead-{i}", recipient=f"d{i}@example.com")
+            add_attempt(conn, effect, "dead", status_code=400, error="HTTP 400: missing field")
+            dead.append(effect.key)
+        delivered = add_effect(conn, "delivered-1")
+        add_attempt(conn, delivered, "delivered", status_code=200)
+        add_batch(conn, "billing", "2026-11-29", [{"name": "b-1"}], rejects=3)
+        for i in range(3):
+            conn.execute(
+                sa.insert(rejects).values(
+                    job="billing",
+                    batch_id="2026-11-29",
+                    reason="recipient: is not one e-mail address; give one plain address",
+                    raw_row={"row": i},
+                )
+            )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_context(base_url=served.url).new_page()
+            console: list[str] = []
+            page.on("console", lambda message: console.append(message.text))
+            _sign_in(page, api_tokens.support)
+            page.click("#tiles a.state-dead")
+            expect(page.locator("h1")).to_have_text("Dead effects")
+            expect(page.locator("#showing")).to_have_text("Showing 1–100 of 105")
+            expect(page.locator("#by-endpoint tbody tr")).to_have_count(1)
+            expect(page.locator("#reasons tbody tr").first).to_contain_text("105")
+            page.click("#next-page")
+            expect(page.locator("#showing")).to_have_text("Showing 101–105 of 105")
+            expect(page.locator("#list-effects tbody tr")).to_have_count(5)
+
+            page.fill("input[name=q]", dead[0][:12] + "…")
+            page.press("input[name=q]", "Enter")
+            expect(page.locator("#effect-state")).to_have_text("dead")
+            expect(page.locator("#resend-form")).to_have_count(0)  # support: no button
+
+            page.fill("input[name=q]", "billing/2026-11-29")
+            page.press("input[name=q]", "Enter")
+            expect(page.locator("#reject-reasons tbody tr")).to_have_count(1)
+            expect(page.locator("#reject-reasons tbody tr").first).to_contain_text("3")
+            expect(page.locator("#batch-rejects tbody tr")).to_have_count(3)
+            page.click("form.logout button >> nth=0")
+
+            _sign_in(page, api_tokens.operator)
+            page.goto(f"/ui/effects/{delivered.key}")
+            page.fill("#resend-form input[name=reason]", "customer restored a backup")
+            page.click("#resend-form button")
+            expect(page.locator("#effect-state")).to_have_text("pending")
+            expect(page.locator("#effect-resend")).to_contain_text("customer restored a backup")
+            assert not [m for m in console if "Content Security Policy" in m], console
+            if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
+                page.goto("/ui/effects?state=dead")
+                page.screenshot(path=f"{shots}/dead-list.png", full_page=True)
+        finally:
+            browser.close()
+
+
+def _sign_in(page: Page, token: str) -> None:
+    page.goto("/ui")
+    page.fill("#token", token)
+    page.click("form.login button")
+    page.wait_for_selector("#tiles")

@@ -38,6 +38,11 @@ def test_the_api_docs_curl_examples_answer_what_they_say(
             conn, "billing", "2026-01-01", [{"name": "c-1"}, {"name": "c-2", "recipient": "x@y.z"}]
         )
         alice = add_effect(conn, "order-1")  # recipient alice@example.com
+        old = add_effect(conn, "order-0")  # ... two years ago
+        conn.execute(
+            sa.text("UPDATE effects SET created_at = now() - interval '2 years' WHERE id = :id"),
+            {"id": old.id},
+        )
         conn.execute(
             sa.insert(rejects).values(
                 job="billing",
@@ -58,7 +63,8 @@ def test_the_api_docs_curl_examples_answer_what_they_say(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    by_batch, by_recipient, rejected = _documents(done.stdout)
+    by_batch, by_recipient, at_any_age, rejected = _documents(done.stdout)
     assert {e["idempotency_key"] for e in by_batch["items"]} == {b.key for b in batch}
     assert [e["idempotency_key"] for e in by_recipient["items"]] == [alice.key]
+    assert [e["idempotency_key"] for e in at_any_age["items"]] == [alice.key, old.key]
     assert [r["reason"] for r in rejected["items"]] == ["units: -3 is negative; fix the event"]

@@ -192,7 +192,7 @@ def test_search_box_takes_a_key_a_recipient_or_a_batch(
     assert str(by_batch.url).endswith("/ui/batch?job=billing&batch_id=2026-11-21")
     missing = client.get("/ui/search", params={"q": "billing/nope"})
     assert missing.status_code == 200
-    assert "No committed batch, reference or recipient" in missing.text
+    assert "No key, committed batch, reference or recipient" in missing.text
 
 
 def test_with_the_database_down_no_page_shows_the_drivers_text(

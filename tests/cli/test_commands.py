@@ -49,7 +49,7 @@ def test_effects_list_finds_a_batch_without_a_window_and_shows_one_effect(
     assert main(batch) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == [
-        "created_at", "state", "attempts", "endpoint", "recipient", "idempotency_key",
+        "created_at", "state", "attempts", "endpoint", "recipient", "reference", "idempotency_key",
     ]  # fmt: skip
     assert len(table) == 3 and all(k in "".join(table) for k in keys)
 

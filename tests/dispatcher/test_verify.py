@@ -101,6 +101,13 @@ def test_each_broken_invariant_is_found_and_named(
                 "(SELECT id FROM effects WHERE idempotency_key = :k1)"
             ),
             "DELETE FROM key_ledger WHERE idempotency_key = :k2",
+            # A delivered effect sent and delivered again with no operator's resend.
+            (
+                "INSERT INTO delivery_attempts (effect_id, attempt, worker_id, started_at,"
+                " duration_ms, outcome) SELECT id, attempt_count + 1, 'w', now(), 1, 'delivered'"
+                " FROM effects WHERE idempotency_key = :k6"
+            ),
+            "UPDATE effects SET attempt_count = attempt_count + 1 WHERE idempotency_key = :k6",
             # A held batch with one of its effects leased.
             "UPDATE batches SET hold_state = 'held', hold_reason = 'r' WHERE batch_id = 'held'",
             f"UPDATE effects SET state = 'leased', lease_expires_at = now()"
@@ -128,6 +135,7 @@ def test_each_broken_invariant_is_found_and_named(
             "k3": effect_key("verify", "leased"),
             "k4": effect_key("verify", "flying"),
             "k5": effect_key("verify", "orphan"),
+            "k6": keys[3],
             "run": run,
             "orphan": uuid.uuid4(),
         }
@@ -138,6 +146,8 @@ def test_each_broken_invariant_is_found_and_named(
     assert [v.key for v in found["finished_without_attempts"]] == [keys[1]]
     assert "no delivered attempt" in found["finished_without_attempts"][0].detail
     assert [v.key for v in found["delivered_without_ledger"]] == [keys[2]]
+    assert [v.key for v in found["delivered_again_unasked"]] == [keys[3]]
+    assert "without an operator's resend" in found["delivered_again_unasked"][0].detail
     assert [v.row_id for v in found["held_batch_leased"]] == [held[0].id]
     assert "gone-worker" in found["lease_overdue"][0].detail
     assert [v.key for v in found["sent_before_commit"]] == [effect_key("verify", "flying")]

@@ -17,7 +17,7 @@ SELECT e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.pa
        e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at,
        e.lease_owner, e.lease_token, e.lease_expires_at, e.created_at, e.updated_at,
        e.delivered_at, e.last_error, e.reference, e.purged_at, e.run_id, e.supersedes,
-       e.send_started_at
+       e.send_started_at, e.resend_action_id
 FROM effects e
 WHERE e.run_id IS NULL
    OR EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id);
