@@ -56,6 +56,12 @@ def register(sub: Any) -> None:
         help="Spark master URL, e.g. spark://host:7077 (default: spark-submit's, else local[2])",
     )
     run.add_argument(
+        "--remote",
+        help="run through a Spark Connect server, e.g. sc://host:15002 (its master and "
+        "its Python, which must have this package, run the job; paths are as the server "
+        "sees them) (default: none, a classic driver in this process)",
+    )
+    run.add_argument(
         "--available-now",
         "--until-idle",
         action="store_true",
@@ -170,10 +176,12 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     url = database_url(settings)
     _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
-    spark = build_session(f"outbox-billing-{args.mode}", args.master)
+    if args.remote and args.master:
+        raise ConfigurationError("pass --master or --remote, not both: the server has its master")
+    spark = build_session(f"outbox-billing-{args.mode}", args.master, remote=args.remote)
     shipped = tempfile.TemporaryDirectory(prefix="outbox-executors-")  # lives as long as spark
     try:
-        if not args.no_ship:
+        if not (args.no_ship or args.remote):  # a Connect server's Python has the package
             shipping.ship(spark, Path(shipped.name))
         if args.mode == "batch":
             for date in args.date:
