@@ -13,6 +13,7 @@ it with its Python workers as a lost host would. Used by the Connect tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -138,10 +139,8 @@ class ConnectServer:
             return
         self.proc.wait(timeout=30)
         # Python workers the JVM left behind share its session: end them too.
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc = None
 
     def __enter__(self) -> ConnectServer:

@@ -10,7 +10,8 @@
 and from SQL, through a temporary view defined with ``USING outbox`` (Spark
 hands a catalog table's OPTIONS to no Python data source; a view's it does):
 
-    CREATE TEMPORARY VIEW billing_outbox USING outbox OPTIONS (job 'billing', batch_id '2026-01-01');
+    CREATE TEMPORARY VIEW billing_outbox USING outbox
+        OPTIONS (job 'billing', batch_id '2026-01-01');
     INSERT INTO billing_outbox SELECT idempotency_key, endpoint, payload FROM ...;
 
 Same guarantee as ``OutboxSink``, by the same code: one visibility point per
@@ -43,7 +44,7 @@ def register(spark: Any) -> None:
     spark.dataSource.register(OutboxDataSource)
 
 
-class OutboxDataSource(DataSource):  # type: ignore[misc]
+class OutboxDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return NAME

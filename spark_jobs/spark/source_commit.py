@@ -19,6 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
+from pyspark.sql.datasource import WriterCommitMessage
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core import db
@@ -31,7 +32,7 @@ from spark_outbox.spark.source_options import SourceOptions, database_url, parse
 from spark_outbox.spark.source_tasks import SourceMessage
 
 log = logging.getLogger(__name__)
-Messages = Sequence[SourceMessage | None]
+Messages = Sequence[WriterCommitMessage | None]
 
 
 def begin_batch(options: SourceOptions) -> RunTag | None:
@@ -55,7 +56,7 @@ def commit_batch(
     options = parse(raw, streaming=False)
     if run is None:
         return _replayed(options, batch_id)
-    return _commit(options, layout, batch_id, run.run_id, [m for m in messages if m])
+    return _commit(options, layout, batch_id, run.run_id, _ours(messages))
 
 
 def commit_stream(
@@ -63,7 +64,7 @@ def commit_stream(
 ) -> BatchOutcome | None:
     """One micro-batch's commit; None when it had no task (nothing was written)."""
     options = parse(raw, streaming=True)
-    found = [m for m in messages if m is not None]
+    found = _ours(messages)
     batches = {(m.batch_id, m.run_id) for m in found if not m.replayed}
     replays = {m.batch_id for m in found if m.replayed}
     if len(batches) > 1 or any(not b.endswith(f"/{number}") for b, _ in batches):
@@ -124,6 +125,11 @@ def _commit(
     finally:
         engine.dispose()
     return _log(outcome)
+
+
+def _ours(messages: Messages) -> list[SourceMessage]:
+    """The messages of the tasks that succeeded (Spark passes None for the others)."""
+    return [m for m in messages if isinstance(m, SourceMessage)]
 
 
 def _replayed(options: SourceOptions, batch_id: str) -> BatchOutcome:

@@ -6,7 +6,7 @@ what ``OutboxSink``'s arguments say, with the same defaults:
 | option | meaning |
 |---|---|
 | ``job`` | the job's name (required) |
-| ``batch_id`` | a batch write's id, e.g. the logical date (required; a stream's ids are ``<query id>/<n>``) |
+| ``batch_id`` | a batch write's id, e.g. the date (required; not for streams) |
 | ``database_url`` | PostgreSQL (default: ``DATABASE_URL`` where the driver runs) |
 | ``results_table``, ``results_keys`` | the results table and its conflict keys (comma-separated) |
 | ``results_apply``, ``results_add_columns`` | ``overwrite`` (default) or ``add`` these columns |

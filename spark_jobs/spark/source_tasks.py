@@ -54,7 +54,7 @@ RUNS_NAMESPACE = uuid.UUID("5f0c6a34-6a1e-4d3e-9a39-0c1f0e1d2b7a")
 
 
 @dataclasses.dataclass
-class SourceMessage(WriterCommitMessage):  # type: ignore[misc]
+class SourceMessage(WriterCommitMessage):
     """One task's commit message: which batch and run it wrote for, and its reports."""
 
     batch_id: str
@@ -65,7 +65,7 @@ class SourceMessage(WriterCommitMessage):  # type: ignore[misc]
 
 
 @dataclasses.dataclass
-class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class BatchWriter(DataSourceArrowWriter):
     """A batch write: ``run`` registered by ``writer()``; None when it was a replay."""
 
     options: Mapping[str, str]
@@ -83,19 +83,19 @@ class BatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         finally:
             conn.close()
 
-    def commit(self, messages: list[SourceMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from spark_outbox.spark import source_commit
 
         source_commit.commit_batch(self.options, self.layout, self.batch_id, self.run, messages)
 
-    def abort(self, messages: list[SourceMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         from spark_outbox.spark import source_commit
 
         source_commit.abandon(self.options, self.run.run_id if self.run else None)
 
 
 @dataclasses.dataclass
-class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class StreamWriter(DataSourceStreamArrowWriter):
     """A stream's writer: each micro-batch's tasks find their batch and run (above)."""
 
     options: Mapping[str, str]
@@ -116,15 +116,15 @@ class StreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         finally:
             conn.close()
 
-    def commit(self, messages: list[SourceMessage | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from spark_outbox.spark import source_commit
 
         source_commit.commit_stream(self.options, self.layout, messages, batchId)
 
-    def abort(self, messages: list[SourceMessage | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from spark_outbox.spark import source_commit
 
-        for run_id in {m.run_id for m in messages if m is not None and m.run_id}:
+        for run_id in {m.run_id for m in messages if isinstance(m, SourceMessage) and m.run_id}:
             source_commit.abandon(self.options, run_id)
 
 

@@ -4,7 +4,7 @@ A process holds either classic sessions or Connect ones (PySpark switches its
 functions module by process), so the test run's own classic session stays
 classic and each Connect client is a process of its own, as in production:
 
-    python -m tests.spark.connect_client sc://127.0.0.1:PORT SOURCE CHECKPOINT [--checkpoint-argument]
+    python -m tests.spark.connect_client sc://HOST:PORT SOURCE CHECKPOINT [--checkpoint-argument]
 
 The database is ``DATABASE_URL``; one JSON line says the query id and its error.
 """
