@@ -143,3 +143,33 @@ def test_foreach_batch_under_connect_without_a_checkpoint_refuses_naming_the_fix
     assert "no stream identity" in found["error"] and "pass checkpoint=" in found["error"]
     assert table(engine, "SELECT count(*) FROM batch_runs")[0][0] == 0
     assert table(engine, "SELECT count(*) FROM effects")[0][0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_billing_through_a_connect_server_on_the_standalone_cluster_equals_a_classic_run(
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    events: Path,
+    tmp_path: Path,
+) -> None:
+    """The server's master is a standalone cluster (two one-core workers on loopback):
+    its executors, separate JVMs, write the batch; the commit is the client's."""
+    from spark_outbox.cli.tools.connectserver import ConnectServer
+    from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
+
+    classic_url, classic = second_db
+    for e in (engine, classic):
+        insert_billing_endpoints(e)
+    billing_run.run_batch(spark, events, DATE, classic_url)
+    with (
+        StandaloneCluster(tmp_path / "cluster", workers=2) as cluster,
+        ConnectServer(tmp_path / "server", master=cluster.master_url) as server,
+    ):
+        outcome = _billing(server, db_url, events)
+        ran_on = len(cluster.executor_pids())
+    assert outcome["status"] == "committed"
+    assert ran_on == 2
+    assert _digest(engine) == _digest(classic)
