@@ -57,6 +57,30 @@ def shaped(frame: Any) -> Any:
     )
 
 
+def write_batches(spark: Any, folder: Path, dates: list[str], options: dict[str, str]) -> None:
+    for date in dates:
+        frame = spark.read.schema(SCHEMA).json(str(folder / f"numbers-{date}.json"))
+        writer = shaped(frame).write.format("outbox").mode("append").options(**options)
+        writer.option("batch_id", date).save()
+        print(json.dumps({"written": date}), flush=True)
+
+
+def run_stream(spark: Any, folder: Path, checkpoint: Path, options: dict[str, str]) -> str:
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
+    query = (
+        shaped(stream.json(str(folder)))
+        .writeStream.format("outbox")
+        .options(**options)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return str(query.id)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["batch", "stream"])
@@ -73,23 +97,10 @@ def main() -> None:
     options = {**OPTIONS, "database_url": os.environ["DATABASE_URL"]}
     try:
         if args.mode == "batch":
-            for date in args.date:
-                frame = spark.read.schema(SCHEMA).json(str(args.input / f"numbers-{date}.json"))
-                writer = shaped(frame).write.format("outbox").mode("append").options(**options)
-                writer.option("batch_id", date).save()
-                print(json.dumps({"written": date}), flush=True)
-            return
-        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
-        query = (
-            shaped(stream.json(str(args.input)))
-            .writeStream.format("outbox")
-            .options(**options)
-            .option("checkpointLocation", str(args.checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        print(json.dumps({"stream": str(query.id)}), flush=True)
+            write_batches(spark, args.input, args.date, options)
+        else:
+            query_id = run_stream(spark, args.input, args.checkpoint, options)
+            print(json.dumps({"stream": query_id}), flush=True)
     finally:
         spark.stop()
 

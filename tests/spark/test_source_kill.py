@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import Engine
 
+from spark_outbox.spark.source import register
 from tests.conftest import insert_endpoint
 from tests.invariants import assert_invariants
+from tests.spark import source_client
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
 from tests.spark.killing import Driver
 
@@ -61,6 +63,10 @@ def numbers(tmp_path: Path) -> Path:
     return folder
 
 
+def _options(db_url: str) -> dict[str, str]:
+    return {**source_client.OPTIONS, "database_url": db_url}
+
+
 def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "tests.spark.source_client", *args]
 
@@ -71,13 +77,15 @@ def _dates(*dates: str) -> list[str]:
 
 @pytest.mark.timeout(2400)
 def test_a_batch_write_killed_in_a_worker_and_around_commit_then_rerun_equals_a_clean_run(
-    db_url: str, engine: Engine, second_db: tuple[str, Engine], numbers: Path
+    spark: Any, db_url: str, engine: Engine, second_db: tuple[str, Engine], numbers: Path
 ) -> None:
     clean_url, clean = second_db
     for e in (engine, clean):
         insert_endpoint(e, "hook")
+    register(spark)
+    # The clean run in this process (no driver to start): the same code as the victims.
+    source_client.write_batches(spark, numbers, list(DATES), _options(clean_url))
     batch = _command("batch", str(numbers), *_dates(*DATES))
-    Driver(batch, clean_url).finish()
     expected = _state(clean)
 
     # A Python worker dies mid-write: its task is tried again, the batch commits.
@@ -104,14 +112,18 @@ def test_a_batch_write_killed_in_a_worker_and_around_commit_then_rerun_equals_a_
 
 @pytest.mark.timeout(2400)
 def test_a_stream_killed_around_commit_and_restarted_from_its_checkpoint_equals_a_clean_run(
-    db_url: str, engine: Engine, second_db: tuple[str, Engine], numbers: Path, tmp_path: Path
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    numbers: Path,
+    tmp_path: Path,
 ) -> None:
     clean_url, clean = second_db
     for e in (engine, clean):
         insert_endpoint(e, "hook")
-    Driver(
-        _command("stream", str(numbers), "--checkpoint", str(tmp_path / "clean")), clean_url
-    ).finish()
+    register(spark)
+    source_client.run_stream(spark, numbers, tmp_path / "clean", _options(clean_url))
     expected = _state(clean, stream=True)
 
     stream = _command("stream", str(numbers), "--checkpoint", str(tmp_path / "cp"))
