@@ -46,13 +46,23 @@ def _state(engine: Engine) -> tuple[Any, ...]:
     )
 
 
-def _wait_for_phase(server: ConnectServer, client: Driver, phase: str) -> None:
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if f"outbox-phase: {phase} " in server.log():
-            return
-        assert client.proc.poll() is None, f"client exited: {client.stderr[-20:]}"
-        time.sleep(0.5)
+# Spark 4.3 gives a foreachBatch worker 10 s (fixed) to connect back to the server;
+# its imports have taken longer on a loaded machine. Then the query fails before any
+# batch ran, and the client is started again, as an operator would.
+NO_WORKER = "Python worker failed to connect back"
+
+
+def _client_at_phase(server: ConnectServer, command: list[str], db_url: str, phase: str) -> Driver:
+    """A client whose stream's server-side worker reached ``phase`` (and pauses there)."""
+    for _ in range(3):
+        client = Driver(command, db_url)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and client.proc.poll() is None:
+            if f"outbox-phase: {phase} " in server.log():
+                return client
+            time.sleep(0.5)
+        client.kill_all()
+        assert NO_WORKER in "".join(client.stderr), f"client: {client.stderr[-20:]}"
     raise TimeoutError(f"the server never reached {phase}: {server.log()[-3000:]}")
 
 
@@ -78,8 +88,7 @@ def test_the_connect_server_killed_mid_commit_then_restarted_equals_a_clean_run(
         for phase in ("before_commit", "after_commit"):
             server.env["OUTBOX_SPARK_PHASES"] = f"{phase}:30"
             server.start()
-            client = Driver(command, db_url)
-            _wait_for_phase(server, client, phase)
+            client = _client_at_phase(server, command, db_url, phase)
             server.kill()
             client.kill_all()
         del server.env["OUTBOX_SPARK_PHASES"]
