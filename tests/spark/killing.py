@@ -13,6 +13,11 @@ import time
 
 from tests import ROOT
 
+# Spark 4.3 gives a foreachBatch worker 10 s (fixed) to connect back to the server;
+# its imports have taken longer on a loaded machine. Then the query fails before any
+# batch ran, and the tests start the client again, as an operator would.
+NO_WORKER = "Python worker failed to connect back"
+
 
 def billing_command(*args: str) -> list[str]:
     """The driver's command line; its database goes in DATABASE_URL (``Driver``), since a

@@ -28,8 +28,7 @@ from spark_outbox.billing.generate import generate
 from tests import ROOT
 from tests.conftest import insert_billing_endpoints, insert_endpoint
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
-from tests.spark.killing import billing_command
-from tests.spark.test_connect_kill import NO_WORKER
+from tests.spark.killing import NO_WORKER, billing_command
 
 pytestmark = pytest.mark.spark
 MARKERS = (
@@ -119,7 +118,7 @@ def source(engine: Engine, tmp_path: Path) -> Path:
 
 def _numbers(server: Any, db_url: str, source: Path, checkpoint: Path, *extra: str) -> Any:
     """The numbers stream from a client; started again if its foreachBatch worker did
-    not connect back to the server in time (test_connect_kill.NO_WORKER)."""
+    not connect back to the server in time (killing.NO_WORKER)."""
     command = [sys.executable, "-m", "tests.spark.connect_client", server.url]
     for _ in range(3):
         found = _client([*command, str(source), str(checkpoint), *extra], db_url)[0]

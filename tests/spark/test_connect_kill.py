@@ -25,7 +25,7 @@ from spark_outbox.cli.tools.connectserver import ConnectServer
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
-from tests.spark.killing import Driver, billing_command
+from tests.spark.killing import NO_WORKER, Driver, billing_command
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 REJECTS = "SELECT job, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3"
@@ -44,12 +44,6 @@ def _state(engine: Engine) -> tuple[Any, ...]:
         table(engine, REJECTS),
         table(engine, LEFTOVERS)[0][0],
     )
-
-
-# Spark 4.3 gives a foreachBatch worker 10 s (fixed) to connect back to the server;
-# its imports have taken longer on a loaded machine. Then the query fails before any
-# batch ran, and the client is started again, as an operator would.
-NO_WORKER = "Python worker failed to connect back"
 
 
 def _client_at_phase(server: ConnectServer, command: list[str], db_url: str, phase: str) -> Driver:
