@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from spark_outbox.cli import output
+from spark_outbox.cli import extras, output
 from spark_outbox.cli.database import database_url
 from spark_outbox.core import db, endpoints
 from spark_outbox.core.errors import ConfigurationError
@@ -178,6 +178,8 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     if args.remote and args.master:
         raise ConfigurationError("pass --master or --remote, not both: the server has its master")
+    if args.remote:
+        extras.require(("connect",), "outbox spark run --remote")
     spark = build_session(f"outbox-billing-{args.mode}", args.master, remote=args.remote)
     shipped = tempfile.TemporaryDirectory(prefix="outbox-executors-")  # lives as long as spark
     try:
