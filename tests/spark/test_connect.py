@@ -120,7 +120,7 @@ def _numbers(server: Any, db_url: str, source: Path, checkpoint: Path, *extra: s
     """The numbers stream from a client; started again if its foreachBatch worker did
     not connect back to the server in time (killing.NO_WORKER)."""
     command = [sys.executable, "-m", "tests.spark.connect_client", server.url]
-    for _ in range(3):
+    for _ in range(5):
         found = _client([*command, str(source), str(checkpoint), *extra], db_url)[0]
         if NO_WORKER not in (found["error"] or ""):
             return found

@@ -46,9 +46,12 @@ def _state(engine: Engine) -> tuple[Any, ...]:
     )
 
 
+TRIES = 5
+
+
 def _client_at_phase(server: ConnectServer, command: list[str], db_url: str, phase: str) -> Driver:
     """A client whose stream's server-side worker reached ``phase`` (and pauses there)."""
-    for _ in range(3):
+    for _ in range(TRIES):
         client = Driver(command, db_url)
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and client.proc.poll() is None:
