@@ -18,6 +18,7 @@ from spark_outbox.core.errors import ConfigurationError
 MODULES: dict[str, tuple[str, ...]] = {
     "api": ("fastapi", "uvicorn", "jinja2", "multipart"),
     "spark": ("pyspark", "pyarrow", "pandas"),
+    "connect": ("grpc", "google.rpc", "zstandard"),
     "demo": ("aiohttp", "aiosmtpd", "standardwebhooks"),
 }
 

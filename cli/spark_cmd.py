@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from spark_outbox.cli import output
+from spark_outbox.cli import extras, output
 from spark_outbox.cli.database import database_url
 from spark_outbox.core import db, endpoints
 from spark_outbox.core.errors import ConfigurationError
@@ -54,6 +54,12 @@ def register(sub: Any) -> None:
     run.add_argument(
         "--master",
         help="Spark master URL, e.g. spark://host:7077 (default: spark-submit's, else local[2])",
+    )
+    run.add_argument(
+        "--remote",
+        help="run through a Spark Connect server, e.g. sc://host:15002 (its master and "
+        "its Python, which must have this package, run the job; paths are as the server "
+        "sees them) (default: none, a classic driver in this process)",
     )
     run.add_argument(
         "--available-now",
@@ -170,10 +176,14 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     url = database_url(settings)
     _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
-    spark = build_session(f"outbox-billing-{args.mode}", args.master)
+    if args.remote and args.master:
+        raise ConfigurationError("pass --master or --remote, not both: the server has its master")
+    if args.remote:
+        extras.require(("connect",), "outbox spark run --remote")
+    spark = build_session(f"outbox-billing-{args.mode}", args.master, remote=args.remote)
     shipped = tempfile.TemporaryDirectory(prefix="outbox-executors-")  # lives as long as spark
     try:
-        if not args.no_ship:
+        if not (args.no_ship or args.remote):  # a Connect server's Python has the package
             shipping.ship(spark, Path(shipped.name))
         if args.mode == "batch":
             for date in args.date:

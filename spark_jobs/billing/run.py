@@ -129,7 +129,9 @@ def start_stream(
         writer = (
             frame.writeStream.outputMode(mode)
             .option("checkpointLocation", str(checkpoint / name))
-            .foreachBatch(sink.foreach_batch(derive))
+            # The query id from the checkpoint: the one way that works under Spark
+            # Connect too, where foreachBatch runs on the server (spark.streams).
+            .foreachBatch(sink.foreach_batch(derive, checkpoint=checkpoint / name))
         )
         writer = (
             writer.trigger(availableNow=True)

@@ -15,12 +15,29 @@ from typing import Any
 DEFAULT_MASTER = "local[2]"
 
 
-def build_session(app_name: str = "spark-outbox", master: str | None = None, **conf: Any) -> Any:
-    """Return a SparkSession (``pyspark.sql.SparkSession``) for ``master``.
+# What a Spark Connect session may set for itself (SQL confs); the rest is the server's.
+CONNECT_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_session(
+    app_name: str = "spark-outbox",
+    master: str | None = None,
+    *,
+    remote: str | None = None,
+    **conf: Any,
+) -> Any:
+    """Return a SparkSession (``pyspark.sql.SparkSession``) for ``master``, or a Spark
+    Connect session to the server at ``remote`` (``sc://host:port``).
 
     Without ``master``: the one ``spark-submit --master`` gave (it starts this
     process with ``PYSPARK_GATEWAY_PORT`` set), else ``local[2]``.
     """
+    if remote is not None:
+        return connect_session(remote, **conf)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers run this interpreter (its venv has pyarrow and psycopg2),
     # unless the environment says otherwise (a cluster's own Python).
@@ -46,3 +63,14 @@ def build_session(app_name: str = "spark-outbox", master: str | None = None, **c
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def connect_session(remote: str, **conf: Any) -> Any:
+    """A new Spark Connect session (``create``: never another caller's) with the job's
+    SQL confs; the master, the executors and their Python are the server's."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(remote)
+    for key, value in {**CONNECT_CONF, **conf}.items():
+        builder = builder.config(key, value)
+    return builder.create()

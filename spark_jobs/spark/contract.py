@@ -19,6 +19,9 @@ from spark_outbox.core.errors import ConfigurationError
 
 REQUIRED = ("idempotency_key", "endpoint", "payload")
 OPTIONAL_TEXT = ("recipient", "ordering_key", "reference", "supersedes", "reject_reason")
+OPTIONAL_TIMES = ("not_before",)
+# Every column of the contract, in the order the executors receive them.
+COLUMNS = (*REQUIRED, *OPTIONAL_TEXT, *OPTIONAL_TIMES)
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
 
 
@@ -48,10 +51,9 @@ def effect_frame(df: Any) -> Any:
     for name in OPTIONAL_TEXT:
         value = F.col(name).cast("string") if name in df.columns else F.lit(None).cast("string")
         columns.append(value.alias(name))
-    not_before = (
-        F.col("not_before").cast("timestamp") if "not_before" in df.columns else F.lit(None)
-    )
-    columns.append(not_before.cast("timestamp").alias("not_before"))
+    for name in OPTIONAL_TIMES:
+        value = F.col(name) if name in df.columns else F.lit(None)
+        columns.append(value.cast("timestamp").alias(name))
     return df.select(*columns)
 
 

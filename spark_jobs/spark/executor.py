@@ -42,29 +42,57 @@ def results_writer(run: RunTag) -> Partitions:
     """The ``mapInArrow`` function that stages one partition of result rows."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        task_id = _task_id()
-        rows = 0
         conn = _connect(run.dsn, "results")
         try:
-            with conn, conn.cursor() as cur:
-                for batch in batches:
-                    n = batch.num_rows
-                    tagged = pa.table(
-                        {
-                            "run_id": pa.repeat(pa.scalar(run.run_id), n),
-                            "task_id": pa.repeat(pa.scalar(task_id, pa.int64()), n),
-                            "row": batch.column(0),
-                        }
-                    )
-                    cur.copy_expert(_Q["stage_results"], csv(tagged))
-                    rows += n
+            stager = ResultStager(conn, run, _task_id())
+            for batch in batches:
+                stager.add(batch.column(0))
+            report = stager.finish()
         finally:
             conn.close()
-        yield TaskReport(task_id, rows=rows).to_batch()
+        yield report.to_batch()
 
     return write
+
+
+class ResultStager:
+    """Stages result rows (Arrow arrays of JSON text) for the commit transaction, all
+    in one transaction that ``finish`` commits (a failed task leaves none)."""
+
+    def __init__(self, conn: Any, run: RunTag, task_id: int) -> None:
+        self.conn = conn
+        self.run = run
+        self.task_id = task_id
+        self.rows = 0
+
+    def add(self, texts: Any) -> None:
+        import pyarrow as pa
+
+        n = len(texts)
+        tagged = pa.table(
+            {
+                "run_id": pa.repeat(pa.scalar(self.run.run_id), n),
+                "task_id": pa.repeat(pa.scalar(self.task_id, pa.int64()), n),
+                "row": texts,
+            }
+        )
+        with self.conn.cursor() as cur:
+            cur.copy_expert(_Q["stage_results"], csv(tagged))
+        self.rows += n
+
+    def finish(self) -> TaskReport:
+        self.conn.commit()
+        return TaskReport(self.task_id, rows=self.rows)
+
+
+def connect(dsn: str, kind: str) -> Any:
+    """An executor's connection, its errors terse; ``kind`` names it in pg_stat_activity."""
+    return _connect(dsn, kind)
+
+
+def task_id() -> int:
+    """This task attempt's id: the driver finds the attempt's staged rows by it."""
+    return _task_id()
 
 
 def _connect(dsn: str, kind: str) -> Any:

@@ -83,10 +83,9 @@ def preview(
 def _run_tasks(
     dsn: str, endpoints: dict[str, str], effects_df: Any, max_connections: int
 ) -> TaskReport:
-    """One task per partition (at most ``max_connections``: each holds a connection),
-    twins of a key in one partition; the reports added up."""
-    frame = effect_frame(effects_df)
-    partitions = min(max(frame.rdd.getNumPartitions(), 1), max_connections)
-    frame = frame.repartition(partitions, "idempotency_key")
+    """Twins of a key in one partition, at most ``max_connections`` tasks (each holds a
+    connection); the reports added up. The partitions are Spark's shuffle partitions,
+    which its adaptive execution merges when small: no ``rdd`` (Spark Connect has none)."""
+    frame = effect_frame(effects_df).repartition("idempotency_key").coalesce(max_connections)
     rows = frame.mapInArrow(preview_writer(dsn, endpoints), REPORT_SCHEMA).collect()
     return sum((TaskReport.from_row(row) for row in rows), TaskReport())

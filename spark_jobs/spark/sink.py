@@ -25,7 +25,7 @@ from typing import Any
 
 from spark_outbox.core import db
 from spark_outbox.core.errors import ConfigurationError, OutboxError
-from spark_outbox.spark import commit, phases, preview, runs
+from spark_outbox.spark import commit, phases, preview, runs, sessions
 from spark_outbox.spark.contract import effect_frame, result_frame
 from spark_outbox.spark.executor import CHUNK_ROWS, effects_writer, results_writer
 from spark_outbox.spark.guard import VolumeGuard
@@ -166,7 +166,7 @@ class OutboxSink:
             results=self.results if results_df is not None else None,
             result_columns=tuple(results_df.columns) if results_df is not None else (),
             on_invalid=self.on_invalid,
-            spark_app_id=effects_df.sparkSession.sparkContext.applicationId,
+            spark_app_id=sessions.application_id(effects_df.sparkSession),
             volume_guard=self.volume_guard,
         )
 

@@ -62,3 +62,16 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert "No module named 'spark_outbox'" in lacks.stderr, lacks
     return python
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Spark Connect server (local[2]) for the tests that need no kill of it."""
+    from spark_outbox.cli.tools.connectserver import ConnectServer
+
+    server = ConnectServer(tmp_path_factory.mktemp("connect"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

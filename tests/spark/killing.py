@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -11,6 +12,11 @@ import threading
 import time
 
 from tests import ROOT
+
+# Spark 4.3 gives a foreachBatch worker 10 s (fixed) to connect back to the server;
+# its imports have taken longer on a loaded machine. Then the query fails before any
+# batch ran, and the tests start the client again, as an operator would.
+NO_WORKER = "Python worker failed to connect back"
 
 
 def billing_command(*args: str) -> list[str]:
@@ -46,8 +52,10 @@ class Driver:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # kill_all() reaches its JVM and Python workers too
         )
         self.lines: queue.Queue[str] = queue.Queue()
+        self.reached = ""  # the phase line wait_for last matched
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -72,6 +80,7 @@ class Driver:
                     return False
                 continue
             if line.split(": ", 1)[1].split(" ")[0] == phase:
+                self.reached = line
                 return True
         raise TimeoutError(f"driver never reached {phase}; stderr tail: {self.stderr[-20:]}")
 
@@ -80,6 +89,18 @@ class Driver:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+
+    def kill_all(self) -> None:
+        """SIGKILL the driver, its JVM and every Python worker: a lost host. (A data
+        source commits in a Python worker of the JVM, which a kill of the driver
+        process alone would leave running.)"""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def reached_pid(self) -> int:
+        """The process that printed the phase line ``wait_for`` last matched."""
+        return int(self.reached.split("(pid ", 1)[1].split(",", 1)[0])
 
     def finish(self, timeout_s: float = 900) -> str:
         out, _ = self.proc.communicate(timeout=timeout_s)

@@ -14,7 +14,15 @@ import pytest
 
 from spark_outbox.spark import shipping
 
-EXECUTOR_MODULES = ("executor", "chunks", "checks", "pgbinary", "preview_tasks")
+EXECUTOR_MODULES = (
+    "executor",
+    "chunks",
+    "checks",
+    "pgbinary",
+    "preview_tasks",
+    "source_tasks",
+    "source_layout",
+)
 # Run with only the zip ahead of site-packages (the editable install's path to this
 # repository comes after it): each module reports where it came from and its SQL.
 PROBE = """
@@ -41,7 +49,7 @@ def test_executor_modules_import_from_the_shipped_zip_with_their_sql(tmp_path: P
     found = json.loads(done.stdout)
     for name, (file, queries) in found.items():
         assert file == f"{made.zip_path}/spark_outbox/spark/{name}.py"
-        if name in ("executor", "chunks", "preview_tasks"):  # the ones with a .sql file
+        if name in ("executor", "chunks", "preview_tasks", "source_tasks"):  # with a .sql file
             assert queries, name
     assert "copy_effects" in found["executor"][1]
 
