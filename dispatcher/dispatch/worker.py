@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 # Parking passes in a row, at most, before the next poll interval (each looks at
 # store.PARK_WINDOW rows of each ordered endpoint).
 PARK_PASSES = 100
+# The progress line names the endpoints held back (all of them in its JSON fields),
+# at most this many in its text; a ready or archived endpoint is not held back.
+PROGRESS_HELD_BACK = 5
+NOT_HELD_BACK = ("ready", "archived")
 
 
 def default_worker_id() -> str:
@@ -264,10 +268,13 @@ class Worker:
         await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
 
     async def _progress(self) -> None:
-        """One INFO line: what was settled since the last line, and the queue."""
+        """One INFO line: what was settled since the last line, the queue, and the
+        endpoints held back (resting, paused...) with why: "0 delivered" alone does
+        not say why nothing is sent."""
         last, last_at = self._progress_from
         now, counts = time.monotonic(), self._recorder.counts.copy()
         since = counts - last
+        states = await self._db.call(store.endpoint_states) or []
         fields: dict[str, object] = {
             "delivered": since["delivered"],
             "retried": since["retry"],
@@ -275,6 +282,11 @@ class Worker:
             "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
             "queue_depth": self._queue.depth,
             "in_flight": self._held,
+            "held_back": [
+                {"endpoint": e.name, "state": e.state, "why": e.why, "due": e.queue.depth}
+                for e in states
+                if e.state not in NOT_HELD_BACK
+            ],
         }
         log.info(progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields)
         self._progress_from = counts, now
@@ -316,8 +328,14 @@ class Worker:
 
 
 def progress_line(f: dict[str, Any], seconds: float) -> str:
-    return (
+    line = (
         f"progress: {f['delivered']:,} delivered, {f['retried']:,} retried, {f['dead']:,} dead "
         f"in the last {seconds:.0f} s ({f['rate_per_s']:,.1f}/s); "
         f"queue depth {f['queue_depth']:,}, {f['in_flight']:,} in flight"
     )
+    held = f.get("held_back") or []
+    for e in held[:PROGRESS_HELD_BACK]:
+        line += f"; {e['endpoint']} ({e['due']:,} due): {e['why']}"
+    if len(held) > PROGRESS_HELD_BACK:
+        line += f"; {len(held) - PROGRESS_HELD_BACK} more held back (GET /v1/status)"
+    return line
