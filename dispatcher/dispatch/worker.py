@@ -139,8 +139,7 @@ class Worker:
             "park": every(s.poll_interval_s, self._park),
         }
         if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
-            actor = f"dispatcher:{self.worker_id}"
-            purge = functools.partial(retention.purge_once, self._db, s, actor)
+            purge = functools.partial(retention.purge_once, self._db, s, self.worker_id)
             steps["retention"] = every(s.retention_interval_s, purge)
         if s.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
             steps["auto_disable"] = every(s.heartbeat_interval_s, self._auto_disable)
