@@ -31,7 +31,6 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -39,7 +38,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.queue import QueueStats
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.wakeup import Listener
-from spark_outbox.dispatch import periodic, retention, store
+from spark_outbox.dispatch import periodic, progress, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.metrics import Metrics
@@ -50,10 +49,6 @@ log = logging.getLogger(__name__)
 # Parking passes in a row, at most, before the next poll interval (each looks at
 # store.PARK_WINDOW rows of each ordered endpoint).
 PARK_PASSES = 100
-# The progress line names the endpoints held back (all of them in its JSON fields),
-# at most this many in its text; a ready or archived endpoint is not held back.
-PROGRESS_HELD_BACK = 5
-NOT_HELD_BACK = ("ready", "archived")
 
 
 def default_worker_id() -> str:
@@ -268,26 +263,13 @@ class Worker:
 
     async def _progress(self) -> None:
         """One INFO line: what was settled since the last line, the queue, and the
-        endpoints held back (resting, paused...) with why: "0 delivered" alone does
-        not say why nothing is sent."""
+        endpoints held back with why (``progress``)."""
         last, last_at = self._progress_from
         now, counts = time.monotonic(), self._recorder.counts.copy()
-        since = counts - last
         states = await self._db.call(store.endpoint_states) or []
-        fields: dict[str, object] = {
-            "delivered": since["delivered"],
-            "retried": since["retry"],
-            "dead": since["dead"] + since["gone"],
-            "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
-            "queue_depth": self._queue.depth,
-            "in_flight": self._held,
-            "held_back": [
-                {"endpoint": e.name, "state": e.state, "why": e.why, "due": e.queue.depth}
-                for e in states
-                if e.state not in NOT_HELD_BACK
-            ],
-        }
-        log.info(progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields)
+        fields = progress.fields(counts - last, now - last_at, self._queue, self._held, states)
+        text = progress.line(fields, now - last_at)
+        log.info(text, extra={"event": "worker.progress"} | fields)
         self._progress_from = counts, now
 
     async def _shutdown(
@@ -324,17 +306,3 @@ class Worker:
             "worker stopped",
             extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},
         )
-
-
-def progress_line(f: dict[str, Any], seconds: float) -> str:
-    line = (
-        f"progress: {f['delivered']:,} delivered, {f['retried']:,} retried, {f['dead']:,} dead "
-        f"in the last {seconds:.0f} s ({f['rate_per_s']:,.1f}/s); "
-        f"queue depth {f['queue_depth']:,}, {f['in_flight']:,} in flight"
-    )
-    held = f.get("held_back") or []
-    for e in held[:PROGRESS_HELD_BACK]:
-        line += f"; {e['endpoint']} ({e['due']:,} due): {e['why']}"
-    if len(held) > PROGRESS_HELD_BACK:
-        line += f"; {len(held) - PROGRESS_HELD_BACK} more held back (GET /v1/status)"
-    return line
