@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from spark_outbox.api.deps import Conn
-from spark_outbox.api.routes.ui import Session, _page
+from spark_outbox.api.routes.ui import Session, render
 from spark_outbox.console import audit
 from spark_outbox.core.auditlog import SYSTEM_ACTOR
 
@@ -40,7 +40,7 @@ def audit_page(
     if len(actions) == AUDIT_PAGE:
         query = {"before_id": actions[-1].id} | ({"actor": actor} if actor else {})
         older = f"/ui/audit?{urlencode(query)}"
-    return _page(
+    return render(
         request,
         "audit.html",
         token=token,
