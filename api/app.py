@@ -27,6 +27,7 @@ from spark_outbox.api.routes import (
     resend,
     status,
     ui,
+    ui_audit,
     ui_lists,
     uncertain,
 )
@@ -73,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
         admin,
         ui,
         ui_lists,
+        ui_audit,
         docs,
     ):
         app.include_router(module.router)

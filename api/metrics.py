@@ -2,8 +2,9 @@
 
 ``/metrics`` is open (no token): it exposes aggregates only (counts, ages, no
 keys, recipients or payloads), Prometheus scrapers rarely hold application
-tokens, and each scrape costs three small index-bounded queries. Keep the API
-port inside the deployment network, as for any metrics endpoint.
+tokens, and each scrape costs a few small index-bounded queries (the due rows are
+counted in all and per endpoint, each a range of ix_effects_due). Keep the API port
+inside the deployment network, as for any metrics endpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
 from spark_outbox.console import health
+from spark_outbox.core.endpoint_state import ENDPOINT_STATES, EndpointState, endpoint_states
 from spark_outbox.core.queue import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
 
 
@@ -29,6 +31,8 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.engine.connect() as conn:
             gauges = health.queue_gauges(conn)
+            states = endpoint_states(conn)
+        yield from _endpoint_families(states)
         depth = GaugeMetricFamily(
             "outbox_effects", "Effects in an unfinished state", labels=["state"]
         )
@@ -63,6 +67,37 @@ class QueueCollector(Collector):
             "batches and by enqueue())",
             value=gauges.mismatches_24h,
         )
+
+
+def _endpoint_families(states: list[EndpointState]) -> Iterator[Metric]:
+    """Per endpoint: its queue, its state (one series per state of ENDPOINT_STATES, 1
+    for the one it is in, so a dashboard and alerts select a state by name) and its
+    failing streak, from the data the dispatchers' claim obeys."""
+    depth = GaugeMetricFamily(
+        "outbox_endpoint_queue_depth", f"{QUEUE_DEPTH_HELP}, per endpoint", labels=["endpoint"]
+    )
+    age = GaugeMetricFamily(
+        "outbox_endpoint_oldest_due_age_seconds",
+        f"{OLDEST_DUE_AGE_HELP}, per endpoint",
+        labels=["endpoint"],
+    )
+    state = GaugeMetricFamily(
+        "outbox_endpoint_state",
+        "1 for the state the endpoint is in (what holds it back now), 0 for the others",
+        labels=["endpoint", "state"],
+    )
+    failures = GaugeMetricFamily(
+        "outbox_endpoint_failures",
+        "The failing streak: failed attempts since the endpoint's last delivery",
+        labels=["endpoint"],
+    )
+    for s in states:
+        depth.add_metric([s.name], s.queue.depth)
+        age.add_metric([s.name], s.queue.oldest_due_age_s)
+        for name in ENDPOINT_STATES:
+            state.add_metric([s.name, name], 1 if s.state == name else 0)
+        failures.add_metric([s.name], s.failures)
+    yield from (depth, age, state, failures)
 
 
 class ApiMetrics:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
+from spark_outbox.core.endpoint_state import ENDPOINT_STATES
 from spark_outbox.core.timestamps import iso
 
 Instant = Annotated[
@@ -172,7 +173,25 @@ class EndpointHealthPublic(Public):
     paused_reason: str | None
     paused_at: Instant | None
     last_delivered_at: Instant | None
-    consecutive_failures: int
+    state: str = Field(
+        description="what holds it back now, most binding first: "
+        + ", ".join(ENDPOINT_STATES)
+        + " (read from the data the dispatchers' claim obeys)"
+    )
+    state_reason: str | None = Field(description="the state in words; null when ready")
+    consecutive_failures: int = Field(
+        description="the failing streak: failed attempts since the last delivery"
+    )
+    failing_since: Instant | None = Field(description="when the streak's first failure started")
+    last_failure: str | None = Field(
+        description="the streak's last failure in our words (HTTP 503, Timeout)"
+    )
+    resting_until: Instant | None = Field(
+        description="while the circuit breaker rests it: no dispatcher claims for it before"
+    )
+    in_flight: int = Field(description="sends leased now (counted while max_in_flight is set)")
+    due_now: int = Field(description="its effects due now (the queue depth)")
+    oldest_due_age_s: float = Field(description="how long its oldest due effect has waited")
 
 
 class LastBatchPublic(Public):

@@ -171,10 +171,11 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
         built[n].key for n in ("old-ok", "old-dead", "old-cancel")
     }
     with engine.connect() as conn:
-        actor = conn.execute(
-            sa.text("SELECT actor FROM operator_actions WHERE action = 'purge'")
-        ).scalar_one()
-    assert actor == "dispatcher:w-ret"
+        actor, details = conn.execute(
+            sa.text("SELECT actor, details FROM operator_actions WHERE action = 'purge'")
+        ).one()
+    # The system's one actor, as for its other changes; the worker that ran it in details.
+    assert actor == "system" and details["worker_id"] == "w-ret" and details["effects"] == 3
 
 
 def test_a_dispatchers_purge_masks_what_last_error_echoed_of_the_payload(

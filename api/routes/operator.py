@@ -141,8 +141,15 @@ def operator_actions(
     token: Reader,
     limit: Annotated[int, PAGE_LIMIT] = 100,
     before_id: Annotated[int | None, Query(ge=1, le=2**62, description="keyset: id <")] = None,
+    actor: Annotated[
+        str | None,
+        Query(max_length=200, description="only this actor's: `system` for the system's own"),
+    ] = None,
 ) -> list[OperatorActionPublic]:
-    """The audit trail of operator actions, newest first (URLs masked for support)."""
+    """The audit trail of operator actions and of the changes the system makes by
+    itself (actor `system`), newest first (URLs masked for support)."""
     support = not token.is_operator
-    actions = audit.operator_actions(conn, limit=limit, before_id=before_id, support=support)
+    actions = audit.operator_actions(
+        conn, limit=limit, before_id=before_id, actor=actor, support=support
+    )
     return [OperatorActionPublic.model_validate(a) for a in actions]

@@ -292,13 +292,18 @@ def batches_of_job(conn: Connection, job: str, *, limit: int = 100) -> list[Batc
 
 
 def operator_actions(
-    conn: Connection, *, limit: int = 100, before_id: int | None = None, support: bool = False
+    conn: Connection,
+    *,
+    limit: int = 100,
+    before_id: int | None = None,
+    actor: str | None = None,
+    support: bool = False,
 ) -> list[OperatorAction]:
-    """The trail, newest first; ``support``: every URL in it masked (``masking``, rule
-    3), rows recorded before URLs were masked on the way in included."""
-    rows = conn.execute(
-        _Q["operator_actions"], {"limit": check_limit(limit), "before_id": before_id}
-    )
+    """The trail, newest first (``actor``'s only, when given); ``support``: every URL
+    in it masked (``masking``, rule 3), rows recorded before URLs were masked on the
+    way in included."""
+    params = {"limit": check_limit(limit), "before_id": before_id, "actor": actor}
+    rows = conn.execute(_Q["operator_actions"], params)
     actions = [from_row(OperatorAction, r) for r in rows.mappings()]
     if not support:
         return actions

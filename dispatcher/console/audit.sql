@@ -103,10 +103,12 @@ GROUP BY state;
 SELECT count(*) FROM rejects WHERE job = :job AND batch_id = :batch_id;
 
 -- name: operator_actions
--- The operators' audit trail, newest first; keyset on id.
+-- The operators' audit trail, newest first; keyset on id; one actor's only when
+-- :actor is given (the system's changes, say: a filter on the walk of the key).
 SELECT id, at, actor, action, target, reason, details
 FROM operator_actions
-WHERE CAST(:before_id AS bigint) IS NULL OR id < :before_id
+WHERE (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
+  AND (CAST(:actor AS text) IS NULL OR actor = :actor)
 ORDER BY id DESC
 LIMIT :limit;
 

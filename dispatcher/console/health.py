@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from spark_outbox.console import holds
 from spark_outbox.console.audit import from_row
+from spark_outbox.core.endpoint_state import EndpointState, endpoint_states
 from spark_outbox.core.queue import QueueStats, queue_stats
 from spark_outbox.core.schema import EFFECT_STATES
 from spark_outbox.core.sqlfile import queries_beside
@@ -36,7 +37,16 @@ class EndpointHealth:
     paused_reason: str | None
     paused_at: dt.datetime | None
     last_delivered_at: dt.datetime | None
-    consecutive_failures: int
+    # What holds it back now (core/endpoint_state: the budget the claim obeys).
+    state: str
+    state_reason: str | None
+    consecutive_failures: int  # the failing streak, as the breaker counts it
+    failing_since: dt.datetime | None
+    last_failure: str | None
+    resting_until: dt.datetime | None
+    in_flight: int
+    due_now: int
+    oldest_due_age_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +108,7 @@ def status(conn: Connection) -> Status:
         delivered_last_5m=recent["last_5m"],
         delivered_last_1h=recent["last_1h"],
         live_workers=[from_row(LiveWorker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
-        endpoints=[
-            from_row(EndpointHealth, r) for r in conn.execute(_Q["endpoint_health"]).mappings()
-        ],
+        endpoints=_endpoints(conn),
         last_batches=[
             from_row(LastBatch, r) for r in conn.execute(_Q["last_batch_per_job"]).mappings()
         ],
@@ -112,6 +120,36 @@ def status(conn: Connection) -> Status:
             from_row(EnqueueMismatch, r)
             for r in conn.execute(_Q["recent_enqueue_mismatches"]).mappings()
         ],
+    )
+
+
+def _endpoints(conn: Connection) -> list[EndpointHealth]:
+    """Each endpoint's health, with its state from the data the claim obeys."""
+    states = {s.name: s for s in endpoint_states(conn)}
+    return [
+        _health(r, states[r["name"]])
+        for r in conn.execute(_Q["endpoint_health"]).mappings()
+        if r["name"] in states  # (one created between the two reads: next time)
+    ]
+
+
+def _health(r: RowMapping, s: EndpointState) -> EndpointHealth:
+    return EndpointHealth(
+        name=r["name"],
+        kind=r["kind"],
+        enabled=r["enabled"],
+        paused_reason=r["paused_reason"],
+        paused_at=r["paused_at"],
+        last_delivered_at=r["last_delivered_at"],
+        state=s.state,
+        state_reason=s.why,
+        consecutive_failures=s.failures,
+        failing_since=s.failing_since,
+        last_failure=s.last_failure,
+        resting_until=s.resting_until,
+        in_flight=s.in_flight,
+        due_now=s.queue.depth,
+        oldest_due_age_s=s.queue.oldest_due_age_s,
     )
 
 

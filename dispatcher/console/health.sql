@@ -23,13 +23,14 @@ WHERE stopped_at IS NULL AND last_seen_at > now() - interval '30 seconds'
 ORDER BY worker_id;
 
 -- name: endpoint_health
--- Per endpoint: paused or not, last success and consecutive failures since it,
--- judged from the attempts of its latest 200 effects: bounded work per endpoint
+-- Per endpoint: paused or not, and its last success, judged from the attempts of
+-- its latest 200 effects (the failing streak and the rest come from its budget,
+-- core/endpoint_state.sql, as the claim reads them): bounded work per endpoint
 -- (ix_effects_endpoint_created_at_id, then one ix_delivery_attempts_effect_id_attempt
 -- probe per effect: the LIMIT keeps the LATERAL a nested loop, never a scan of all
 -- attempts), whatever the other endpoints' traffic.
 SELECT ep.name, ep.kind, ep.enabled, ep.paused_reason, ep.paused_at,
-       h.last_delivered_at, COALESCE(h.consecutive_failures, 0) AS consecutive_failures
+       h.last_delivered_at
 FROM endpoints ep
 LEFT JOIN LATERAL (
     WITH recent_effects AS (
@@ -49,12 +50,7 @@ LEFT JOIN LATERAL (
     ), last_ok AS (
         SELECT max(started_at) AS at FROM recent WHERE outcome = 'delivered'
     )
-    SELECT (SELECT at FROM last_ok) AS last_delivered_at,
-           count(*) FILTER (
-               WHERE outcome IN ('retry', 'dead', 'gone')
-                 AND started_at > COALESCE((SELECT at FROM last_ok), '-infinity')
-           ) AS consecutive_failures
-    FROM recent
+    SELECT (SELECT at FROM last_ok) AS last_delivered_at
 ) h ON true
 ORDER BY ep.name;
 

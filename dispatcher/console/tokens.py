@@ -15,6 +15,7 @@ import secrets
 
 from sqlalchemy.engine import Connection, RowMapping
 
+from spark_outbox.core.auditlog import SYSTEM_ACTOR
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound, OutboxError
 from spark_outbox.core.schema import ROLES
 from spark_outbox.core.sqlfile import queries_beside
@@ -56,11 +57,12 @@ def token_sha256(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
 
 
-# The actors the system itself writes in operator_actions: the dispatcher's auto-disable
-# ('system'), its purges ('dispatcher:<worker>'), the CLI ('cli:<login>'), a sign-out
-# that revokes its token ('ui:<token>'). A token's name is its actor too, so a token
-# may not take one of these names, or the audit trail could be forged.
-RESERVED_NAMES = ("system",)
+# The actors the system itself writes in operator_actions: every change it makes by
+# itself (SYSTEM_ACTOR: pauses, rests, holds, purges), the CLI ('cli:<login>'), a
+# sign-out that revokes its token ('ui:<token>'); purges of earlier releases
+# ('dispatcher:<worker>'). A token's name is its actor too, so a token may not take
+# one of these names, or the audit trail could be forged.
+RESERVED_NAMES = (SYSTEM_ACTOR,)
 RESERVED_PREFIXES = ("cli:", "dispatcher:", "ui:")
 
 

@@ -2,8 +2,8 @@
 
 An action's ``operator_actions`` row is written in the same transaction as the
 change itself (the caller's connection), so there is no change without its record
-and no record of a change that did not happen. The console's operator writes and
-the hot path's maintenance (retention) both write here.
+and no record of a change that did not happen. The console's operator writes, the
+hot path's maintenance (retention) and the Spark sink's volume guard all write here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "auditlog.sql")
+
+# The one actor of every change the system makes by itself (a 410's pause, the
+# automatic disable, a breaker's rest, a held batch, a retention run), as an
+# operator's name is of theirs; no token may take it (console/tokens.py). The SQL
+# that writes such rows in its own statement (dispatch/store.sql) spells it too.
+SYSTEM_ACTOR = "system"
 log = logging.getLogger(__name__)
 
 

@@ -162,6 +162,10 @@ endpoint_budgets = sa.Table(
     _ts("failing_since"),
     # The circuit breaker: no dispatcher claims for the endpoint before this.
     _ts("resting_until"),
+    # When the current rest began (one audit row per rest), and the streak's last
+    # failure in our own words ("HTTP 503", "Timeout"): why it rests (migration 2740).
+    _ts("resting_since"),
+    sa.Column("last_failure", sa.Text),
     # What the claim computes from (migration 1525): a negative count overflowed
     # max_in_flight - in_flight, an infinite refill time the refill's subtraction.
     sa.CheckConstraint("in_flight >= 0", name="in_flight_non_negative"),

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core import masking
-from spark_outbox.core.auditlog import record_action
+from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
 from spark_outbox.core.durations import describe_s
 from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.settings import Settings
@@ -123,10 +123,16 @@ def purge_mismatches(engine: Engine, cutoff: dt.datetime) -> None:
         conn.execute(_Q["purge_mismatches"], {"cutoff": cutoff})
 
 
-def record_purge(engine: Engine, done: Purged, older_than_s: float, actor: str) -> None:
-    """The purge in the operators' audit trail (only when it purged something)."""
+def record_purge(
+    engine: Engine, done: Purged, older_than_s: float, actor: str, worker_id: str | None = None
+) -> None:
+    """The purge in the operators' audit trail (only when it purged something);
+    ``worker_id``: the dispatcher that ran it, when the system did."""
     if done.effects == 0:
         return
+    details: dict[str, object] = dataclasses.asdict(done)
+    if worker_id is not None:
+        details["worker_id"] = worker_id
     with engine.begin() as conn:
         record_action(
             conn,
@@ -134,13 +140,15 @@ def record_purge(engine: Engine, done: Purged, older_than_s: float, actor: str) 
             action="purge",
             target=f"effects finished more than {describe_s(older_than_s)} ago",
             reason=f"retention: older than {describe_s(older_than_s)}",
-            details=dataclasses.asdict(done),
+            details=details,
         )
 
 
-async def purge_once(db: DbCalls, settings: Settings, actor: str) -> None:
+async def purge_once(db: DbCalls, settings: Settings, worker_id: str) -> None:
     """One round of the dispatcher's ``retention`` side task (``periodic.every`` runs
-    it every interval): batch after batch until none is left, then its record.
+    it every interval): batch after batch until none is left, then its record, by
+    the system (``SYSTEM_ACTOR``, the worker in its details), as every change the
+    system makes by itself.
 
     One batch per store call, so a stopping worker cancels it between batches.
     """
@@ -155,7 +163,7 @@ async def purge_once(db: DbCalls, settings: Settings, actor: str) -> None:
             break
         done = done.plus(got[0], got[1], time.perf_counter() - started)
     await db.call(purge_mismatches, cutoff)
-    await db.call(record_purge, done, older_than_s, actor)
+    await db.call(record_purge, done, older_than_s, SYSTEM_ACTOR, worker_id)
     log.info(
         "retention purge",
         extra={"event": "retention.purged", **dataclasses.asdict(done)},

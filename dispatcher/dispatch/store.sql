@@ -122,8 +122,9 @@ SET LOCAL synchronous_commit = on;
 -- its lease token (a worker that lost its lease changes nothing on the effect;
 -- its attempt is logged as 'stale'); a delivery writes the key ledger in the
 -- same transaction; a 410 pauses the endpoint, audited (actor 'system') as an
--- operator's pause is, in the same statement. An attempt of a resend carries its
--- effect's resend_action_id (the operator's action that asked for it).
+-- operator's pause is, in the same statement, and so is the start of each rest.
+-- An attempt of a resend carries its effect's resend_action_id (the operator's
+-- action that asked for it).
 -- The outcomes come as one JSON array of arrays (store.record): eleven typed
 -- arrays cost the driver ~8 us a row to quote and the server as much to parse
 -- (measured, every column read: 15.4-16.8 us a row round trip; as jsonb 3.6-3.7;
@@ -152,7 +153,7 @@ WITH r AS (
     FROM r
     WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
     RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error,
-              r.started_at
+              r.started_at, r.status_code, r.error_class
 ), ledger AS (
     INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
     SELECT idempotency_key, endpoint, payload_sha256, now() FROM updated
@@ -178,6 +179,8 @@ WITH r AS (
     -- (The doubling stops at 2^60: past any longest rest, never an overflow.)
     -- A healthy endpoint writes nothing here (the hot path), so a durable record
     -- never holds a budget row that claims need (they would skip the endpoint).
+    -- resting_since is set only when a rest begins (none running): decided on the
+    -- row this statement locked, so of concurrent records exactly one begins a rest.
     UPDATE endpoint_budgets b SET
         failures = CASE WHEN s.delivered > 0 THEN 0 ELSE b.failures + s.failed END,
         failing_since = CASE WHEN s.delivered > 0 THEN NULL
@@ -189,13 +192,41 @@ WITH r AS (
                     CAST(:breaker_max_s AS float8),
                     CAST(:breaker_base_s AS float8)
                     * 2 ^ LEAST(b.failures + s.failed - CAST(:breaker_failures AS int), 60)))
-            ELSE b.resting_until END
+            ELSE b.resting_until END,
+        resting_since = CASE
+            WHEN s.delivered > 0 THEN NULL
+            WHEN b.failures + s.failed >= CAST(:breaker_failures AS int)
+                 AND (b.resting_until IS NULL OR b.resting_until <= now()) THEN now()
+            ELSE b.resting_since END,
+        last_failure = CASE WHEN s.delivered > 0 THEN NULL
+                            ELSE COALESCE(s.last_failure, b.last_failure) END
     FROM (SELECT u.endpoint,
                  count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,
                  count(*) FILTER (WHERE u.outcome <> 'delivered') AS failed,
-                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at
+                 min(u.started_at) FILTER (WHERE u.outcome <> 'delivered') AS first_failed_at,
+                 -- our words for it, never the receiver's text (shown to support)
+                 (array_agg(COALESCE('HTTP ' || u.status_code, u.error_class, u.outcome)
+                            ORDER BY u.started_at DESC)
+                  FILTER (WHERE u.outcome <> 'delivered'))[1] AS last_failure
           FROM updated u GROUP BY u.endpoint) s
     WHERE b.endpoint = s.endpoint AND (s.failed > 0 OR b.failures > 0)
+    RETURNING b.endpoint, b.failures, b.failing_since, b.resting_until, b.resting_since,
+              b.last_failure
+), rested AS (
+    -- One audit row per rest (actor 'system', as an operator's pause is), when it
+    -- begins: never per attempt; at most one a minute for an endpoint that stays
+    -- down (the longest rest, 60 s by default).
+    INSERT INTO operator_actions (actor, action, target, reason, details)
+    SELECT 'system', 'rest_endpoint', endpoint,
+           'circuit breaker: ' || failures || ' failed attempts in a row since '
+           || to_char(failing_since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+           || COALESCE(' (the last: ' || last_failure || ')', '')
+           || '; no dispatcher claims for it until '
+           || to_char(resting_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+           jsonb_build_object('failures', failures, 'failing_since', failing_since,
+                              'resting_until', resting_until, 'last_failure', last_failure)
+    FROM streak
+    WHERE resting_since = now()
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
                                    duration_ms, outcome, status_code, error_class, error,

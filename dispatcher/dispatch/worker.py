@@ -31,7 +31,6 @@ import os
 import socket
 import time
 import uuid
-from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -39,7 +38,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.queue import QueueStats
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.wakeup import Listener
-from spark_outbox.dispatch import periodic, retention, store
+from spark_outbox.dispatch import periodic, progress, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.metrics import Metrics
@@ -135,8 +134,7 @@ class Worker:
             "park": every(s.poll_interval_s, self._park),
         }
         if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
-            actor = f"dispatcher:{self.worker_id}"
-            purge = functools.partial(retention.purge_once, self._db, s, actor)
+            purge = functools.partial(retention.purge_once, self._db, s, self.worker_id)
             steps["retention"] = every(s.retention_interval_s, purge)
         if s.auto_disable_after_s > 0:  # OUTBOX_AUTO_DISABLE_AFTER_S
             steps["auto_disable"] = every(s.heartbeat_interval_s, self._auto_disable)
@@ -264,19 +262,14 @@ class Worker:
         await self._db.call(store.auto_disable, self.settings.auto_disable_after_s)
 
     async def _progress(self) -> None:
-        """One INFO line: what was settled since the last line, and the queue."""
+        """One INFO line: what was settled since the last line, the queue, and the
+        endpoints held back with why (``progress``)."""
         last, last_at = self._progress_from
         now, counts = time.monotonic(), self._recorder.counts.copy()
-        since = counts - last
-        fields: dict[str, object] = {
-            "delivered": since["delivered"],
-            "retried": since["retry"],
-            "dead": since["dead"] + since["gone"],
-            "rate_per_s": round(since["delivered"] / max(now - last_at, 1e-9), 1),
-            "queue_depth": self._queue.depth,
-            "in_flight": self._held,
-        }
-        log.info(progress_line(fields, now - last_at), extra={"event": "worker.progress"} | fields)
+        states = await self._db.call(store.endpoint_states) or []
+        fields = progress.fields(counts - last, now - last_at, self._queue, self._held, states)
+        text = progress.line(fields, now - last_at)
+        log.info(text, extra={"event": "worker.progress"} | fields)
         self._progress_from = counts, now
 
     async def _shutdown(
@@ -313,11 +306,3 @@ class Worker:
             "worker stopped",
             extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},
         )
-
-
-def progress_line(f: dict[str, Any], seconds: float) -> str:
-    return (
-        f"progress: {f['delivered']:,} delivered, {f['retried']:,} retried, {f['dead']:,} dead "
-        f"in the last {seconds:.0f} s ({f['rate_per_s']:,.1f}/s); "
-        f"queue depth {f['queue_depth']:,}, {f['in_flight']:,} in flight"
-    )

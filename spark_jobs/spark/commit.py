@@ -32,6 +32,7 @@ import time
 from sqlalchemy.engine import Connection, Engine
 
 from spark_outbox.core import db, wakeup
+from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
 from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
@@ -240,10 +241,19 @@ def finish(
     held: str | None,
     duration_s: float,
 ) -> None:
-    """Counts and hold on the marker, staging dropped, dispatchers notified: the COMMIT."""
+    """Counts and hold on the marker, staging dropped, dispatchers notified: the COMMIT.
+    A hold is the system's decision: audited as an operator's release of it is."""
     if held is not None:
         params = {"job": request.job, "batch_id": request.batch_id, "run_id": request.run_id}
         conn.execute(_Q["hold_effects"], params)
+        record_action(
+            conn,
+            actor=SYSTEM_ACTOR,
+            action="hold_batch",
+            target=f"{request.job}/{request.batch_id}",
+            reason=held,
+            details={"run_id": str(request.run_id), "new_effects_by_endpoint": by_endpoint},
+        )
     conn.execute(
         _Q["finish_marker"],
         {

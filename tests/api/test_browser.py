@@ -7,6 +7,7 @@ Playwright drives the system browser: it never downloads one.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
 from spark_outbox.core.schema import rejects
+from spark_outbox.core.settings import Breaker
+from spark_outbox.dispatch import store
 from tests.api.builders import add_attempt, add_batch, add_effect, story
 from tests.api.conftest import Served, Tokens
 
@@ -230,3 +235,52 @@ def _sign_in(page: Page, token: str) -> None:
     page.fill("#token", token)
     page.click("form.login button")
     page.wait_for_selector("#tiles")
+
+
+def test_a_resting_endpoint_on_the_overview_and_its_rest_in_the_audit_trail(
+    served: Served, api_tokens: Tokens, engine: Engine
+) -> None:
+    """What support sees when nothing is sent: the endpoint's state and why, then the
+    system's rest in the audit trail, one click away from every page."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium (`apt-get install chromium`)")
+    from playwright.sync_api import expect, sync_playwright
+
+    _rest(engine, "billing-webhook")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_context(base_url=served.url).new_page()
+            page.goto("/ui")
+            page.fill("#token", api_tokens.support)
+            page.click("form.login button")
+            row = page.locator("#endpoints tr[data-endpoint='billing-webhook']")
+            expect(row.locator("td.state")).to_have_text("resting")
+            expect(row.locator("td.why")).to_contain_text("(circuit breaker) after 2 failed")
+            expect(row.locator("td.streak")).to_contain_text("(last: HTTP 503)")
+            if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
+                page.screenshot(path=f"{shots}/endpoints.png", full_page=True)
+            page.click("header a.nav")
+            expect(page.get_by_role("heading", name="Audit trail")).to_be_visible()
+            page.click("#system-only")
+            rows = page.locator("#audit tbody tr")
+            expect(rows).to_have_count(1)
+            expect(rows.first).to_contain_text("rest endpoint")
+            expect(rows.first).to_contain_text("circuit breaker: 2 failed attempts in a row")
+            if shots:
+                page.screenshot(path=f"{shots}/audit.png", full_page=True)
+        finally:
+            browser.close()
+
+
+def _rest(engine: Engine, endpoint: str) -> None:
+    """Two failures recorded by the real record statement: the breaker rests it."""
+    with engine.begin() as conn:
+        for i in range(2):
+            enqueue(conn, idempotency_key=effect_key("rest", i), endpoint=endpoint, payload={})
+    now = dt.datetime.now(dt.UTC)
+    results = [
+        store.Result(c.id, c.lease_token, c.attempt, "retry", now, 1.0, 60.0, status_code=503)
+        for c in store.claim(engine, "w", 2, 60)
+    ]
+    store.record(engine, "w", results, breaker=Breaker(failures=2, base_s=60.0))

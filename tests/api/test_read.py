@@ -26,6 +26,13 @@ def test_status_reports_counts_workers_endpoints_and_batches(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
     story(engine)
+    with engine.begin() as conn:  # the dead one's failure, as the record keeps the streak
+        conn.execute(
+            sa.text(
+                "UPDATE endpoint_budgets SET failures = 1, failing_since = now(), "
+                "last_failure = 'HTTP 400' WHERE endpoint = 'billing-webhook'"
+            )
+        )
     body = client.get("/v1/status", headers=api_tokens.auth("support")).json()
     assert body["counts"] == {
         "pending": 3,
@@ -41,6 +48,11 @@ def test_status_reports_counts_workers_endpoints_and_batches(
     hooks = {e["name"]: e for e in body["endpoints"]}
     assert hooks["billing-webhook"]["last_delivered_at"] is not None
     assert hooks["billing-webhook"]["consecutive_failures"] == 1  # the dead one after it
+    assert hooks["billing-webhook"]["state"] == "failing"
+    assert hooks["billing-webhook"]["last_failure"] == "HTTP 400"
+    assert hooks["billing-webhook"]["state_reason"].startswith("1 failed attempt in a row since")
+    assert hooks["billing-email"]["state"] == "ready"
+    assert sum(e["due_now"] for e in body["endpoints"]) == body["queue"]["depth"]
     assert hooks["billing-email"]["enabled"] is True
     assert body["last_batches"][0]["job"] == "billing"
     assert body["last_batches"][0]["batch_id"] == "2026-11-21"

@@ -156,6 +156,14 @@ def test_prometheus_scrapes_every_dispatcher_and_the_api(config: dict[str, Any])
     (api,) = jobs["outbox-api"]["static_configs"]
     assert api["targets"] == ["api:8000"]
     assert set(prometheus["networks"]) == set(dispatcher["networks"])
+    # The shipped alert rules, mounted where prometheus.yml's rule_files looks.
+    [rules] = scrape["rule_files"]
+    [target] = [
+        v["target"] if isinstance(v, dict) else str(v).split(":")[1]
+        for src, v in mounted.items()
+        if str(src).endswith("monitoring/alerts.yml")
+    ]
+    assert target == rules
 
 
 # -- the file as written: strict YAML, the Compose Specification, our own rules ----------

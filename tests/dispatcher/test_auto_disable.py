@@ -38,12 +38,16 @@ def test_an_endpoint_failing_continuously_is_disabled_by_the_system_and_shown(
             sa.text("SELECT enabled, paused_reason FROM endpoints WHERE name = 'down'")
         ).one()
         actions = conn.execute(
-            sa.text("SELECT actor, action, target, reason FROM operator_actions")
+            sa.text("SELECT actor, action, target, reason FROM operator_actions ORDER BY id")
         ).all()
         idle = conn.execute(sa.text("SELECT enabled FROM endpoints WHERE name = 'idle'")).scalar()
     assert enabled is False and reason.startswith(REASON), reason
     assert "failed attempts, no delivery since" in reason
-    assert [tuple(a) for a in actions] == [("system", "disable_endpoint", "down", reason)]
+    # The breaker's rests on the way (each the system's), then the disable.
+    assert [tuple(a) for a in actions][-1] == ("system", "disable_endpoint", "down", reason)
+    assert {(a.actor, a.action, a.target) for a in actions[:-1]} == {
+        ("system", "rest_endpoint", "down")
+    }
     assert idle is True
     with engine.begin() as conn:
         _, support = tokens.create(conn, name="sam", role="support")
@@ -51,6 +55,7 @@ def test_an_endpoint_failing_continuously_is_disabled_by_the_system_and_shown(
         status = client.get("/v1/status", headers={"Authorization": f"Bearer {support}"})
         shown = {e["name"]: e for e in status.json()["endpoints"]}
         assert shown["down"]["enabled"] is False and shown["down"]["paused_reason"] == reason
+        assert shown["down"]["state"] == "disabled" and shown["down"]["state_reason"] == reason
         _sign_in(client, support)
         assert REASON in client.get("/ui").text
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.logs import JsonFormatter, TextFormatter
 from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import progress
 from tests.dispatcher import procs
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 
@@ -46,3 +47,13 @@ def test_progress_interval_zero_turns_the_line_off(
     assert run_worker(s, engine, idle_within_s=0.3) == 0
     assert not [r for r in caplog.records if getattr(r, "event", None) == "worker.progress"]
     assert Settings.from_env(env={"OUTBOX_PROGRESS_INTERVAL_S": "0"}).progress_interval_s == 0
+
+
+def test_the_line_names_at_most_five_endpoints_held_back_and_counts_the_rest() -> None:
+    held = [
+        {"endpoint": f"e{i}", "state": "paused", "why": "paused: r", "due": i} for i in range(7)
+    ]
+    f = {"delivered": 0, "retried": 0, "dead": 0, "rate_per_s": 0.0, "queue_depth": 0}
+    text = progress.line(f | {"in_flight": 0, "held_back": held}, 30)
+    assert "; e4 (4 due): paused: r; 2 more held back (GET /v1/status)" in text
+    assert "e5" not in text

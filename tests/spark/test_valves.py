@@ -99,10 +99,15 @@ def test_outsized_batch_is_held_until_released_and_a_cancelled_one_sends_nothing
     rerun = free.write(None, _effects(spark, 200, 70), batch_id="b4-rerun")
     assert (rerun.effects_new, rerun.effects_deduplicated, rerun.held_reason) == (40, 30, None)
     assert _claimable(engine, "b4-rerun") == 40 and _states(engine, "b4") == {"cancelled": 30}
-    actions = table(engine, "SELECT action, target, reason FROM operator_actions ORDER BY id")
+    actions = table(
+        engine, "SELECT actor, action, target, reason FROM operator_actions ORDER BY id"
+    )
+    # Each hold is the system's, with the guard's reason, in the commit that held it.
     assert actions == [
-        ("release_batch", "t/b3", "real growth"),
-        ("cancel_batch", "t/b4", "bad join"),
+        ("system", "hold_batch", "t/b3", held.held_reason),
+        ("test", "release_batch", "t/b3", "real growth"),
+        ("system", "hold_batch", "t/b4", again.held_reason),
+        ("test", "cancel_batch", "t/b4", "bad join"),
     ]
 
 
