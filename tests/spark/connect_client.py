@@ -31,22 +31,22 @@ def main() -> None:
     spark = connect_session(args.remote)
     try:
         stream_sink = sink(os.environ["DATABASE_URL"], results=None)
-        query = numbers_query(
-            spark,
-            args.source,
-            args.checkpoint,
-            stream_sink,
-            checkpoint_argument=args.checkpoint_argument,
-        )
-        error = None
-        try:
+        query, error = None, None
+        try:  # the query's failure, at its start or later, is reported to the test
+            query = numbers_query(
+                spark,
+                args.source,
+                args.checkpoint,
+                stream_sink,
+                checkpoint_argument=args.checkpoint_argument,
+            )
             query.awaitTermination(300)
-        except Exception as exc:  # the query's failure, reported to the test
+        except Exception as exc:
             error = str(exc)
         found = {
             "connect": sessions.is_connect(spark),
             "app_id": sessions.application_id(spark),
-            "query_id": str(query.id),
+            "query_id": str(query.id) if query is not None else None,
             "error": error,
         }
         print(json.dumps(found), flush=True)
