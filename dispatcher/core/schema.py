@@ -194,6 +194,10 @@ batches = sa.Table(
     sa.Column("hold_state", sa.Text),
     sa.Column("hold_reason", sa.Text),
     _ts("hold_resolved_at"),
+    # The batch's span (W3C traceparent/tracestate; NULL with tracing off): its
+    # effects' sends join this trace (spark_outbox.core.tracing, migration 2730).
+    sa.Column("trace_parent", sa.Text),
+    sa.Column("trace_state", sa.Text),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -249,6 +253,10 @@ effects = sa.Table(
     sa.Column("last_error", sa.Text),
     # Retention purged the payload (now {}) and the attempts; the row stays as a stub.
     _ts("purged_at"),
+    # The span that enqueued it (enqueue with tracing on; NULL otherwise and for a
+    # Spark run's rows, whose context is their batch's): its sends join that trace.
+    sa.Column("trace_parent", sa.Text),
+    sa.Column("trace_state", sa.Text),
     sa.UniqueConstraint("idempotency_key"),
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
     sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
@@ -338,6 +346,9 @@ delivery_attempts = sa.Table(
     sa.Column("error_class", sa.Text),
     sa.Column("error", sa.Text),
     sa.Column("response_excerpt", sa.Text),
+    # The attempt's send span (W3C traceparent; NULL with tracing off): the support
+    # page shows its trace id and links to a trace viewer.
+    sa.Column("trace_parent", sa.Text),
     sa.Index(None, "effect_id", "attempt"),
     sa.Index(None, "started_at"),
 )
