@@ -11,6 +11,8 @@ counts; the driver uses only the reports of the tasks Spark saw succeed
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,12 +30,13 @@ def effects_writer(run: RunTag, chunk_rows: int = CHUNK_ROWS) -> Partitions:
     """The ``mapInArrow`` function that writes one partition of effects."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
+        started_at = time.time()
         conn = _connect(run.dsn, "effects")
         try:
             report = write_effects(conn, run, _task_id(), batches, chunk_rows)
         finally:
             conn.close()
-        yield report.to_batch()
+        yield dataclasses.replace(report, started_at=started_at, ended_at=time.time()).to_batch()
 
     return write
 
@@ -44,6 +47,7 @@ def results_writer(run: RunTag) -> Partitions:
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
+        started_at = time.time()
         task_id = _task_id()
         rows = 0
         conn = _connect(run.dsn, "results")
@@ -62,7 +66,8 @@ def results_writer(run: RunTag) -> Partitions:
                     rows += n
         finally:
             conn.close()
-        yield TaskReport(task_id, rows=rows).to_batch()
+        report = TaskReport(task_id, rows=rows, started_at=started_at, ended_at=time.time())
+        yield report.to_batch()
 
     return write
 

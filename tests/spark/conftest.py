@@ -13,6 +13,7 @@ import pytest
 
 from spark_outbox.billing.session import build_session
 from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
+from tests.otlp import otlp  # noqa: F401  (tracing to a receiver on loopback)
 
 
 @pytest.fixture(scope="session")
