@@ -73,6 +73,8 @@ class AttemptPublic(Public):
     error_class: str | None
     error: str | None
     response_excerpt: str | None
+    # The attempt's trace (tracing on in the dispatcher): find it in a trace viewer.
+    trace_id: str | None = None
 
 
 class BatchPublic(Public):

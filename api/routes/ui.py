@@ -26,6 +26,7 @@ Sign-out can also revoke the signed-in token (``admin.revoke_token``, audited, a
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hmac
 import re
 import secrets
@@ -44,6 +45,7 @@ from spark_outbox.api.deps import Conn, SettingsDep, masked_for
 from spark_outbox.api.params import Key
 from spark_outbox.console import admin, audit, health, operations, reconcile, tokens, uncertain
 from spark_outbox.console.filters import MAX_PAGE, MAX_RANGE_DAYS, build_filter
+from spark_outbox.core import tracing
 from spark_outbox.core.errors import NotFound, OutboxError
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.timestamps import iso
@@ -313,7 +315,14 @@ def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
     detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
-    return _page(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
+    return _page(
+        request,
+        "effect.html",
+        token=token,
+        detail=detail,
+        payload=detail.effect.payload,
+        trace_url=functools.partial(tracing.viewer_url, settings.trace_url_template),
+    )
 
 
 @router.post("/effects/{key}/{action}")

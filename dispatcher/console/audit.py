@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from spark_outbox.console.filters import Cursor, EffectFilter, check_limit
-from spark_outbox.core import masking
+from spark_outbox.core import masking, tracing
 from spark_outbox.core.errors import NotFound
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -85,6 +85,12 @@ class Attempt:
     error_class: str | None
     error: str | None
     response_excerpt: str | None
+    # The attempt's send span (W3C traceparent), when the dispatcher traced it.
+    trace_parent: str | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        return tracing.trace_id(self.trace_parent)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ LIMIT 20;
 -- name: attempts_of_effect
 -- The attempt timeline of one effect, oldest first (ix_delivery_attempts_effect_id_attempt).
 SELECT attempt, worker_id, started_at, duration_ms, outcome, status_code, error_class, error,
-       response_excerpt
+       response_excerpt, trace_parent
 FROM delivery_attempts
 WHERE effect_id = :effect_id
 ORDER BY attempt, id

@@ -180,3 +180,13 @@ def trace_id(traceparent: str | None) -> str | None:
     if found is None or set(found.group(1)) == {"0"}:
         return None
     return found.group(1)
+
+
+def viewer_url(template: str, traceparent: str | None) -> str | None:
+    """A trace viewer's page for this span: the operator's template with
+    ``{trace_id}`` (and ``{span_id}``) filled in; None without a template or an id.
+    Replaced as text, not ``str.format``: viewers' URLs hold braces of their own."""
+    tid = trace_id(traceparent)
+    if not template or tid is None or traceparent is None:
+        return None
+    return template.replace("{trace_id}", tid).replace("{span_id}", traceparent[36:52])
