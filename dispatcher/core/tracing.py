@@ -20,6 +20,7 @@ The helpers here are shared by the sink, ``enqueue`` and the dispatcher (the
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -137,23 +138,18 @@ def context_of(stored: Carrier | None) -> Any:
     """A parent context from stored texts; a malformed one gives a new trace (None)."""
     if stored is None or not stored.traceparent:
         return None
+    return _extracted(stored.traceparent, stored.tracestate)
+
+
+@functools.lru_cache(maxsize=4096)
+def _extracted(traceparent: str, tracestate: str | None) -> Any:
+    """Parsed once per context: a batch's effects share theirs (contexts are immutable)."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    headers = {"traceparent": stored.traceparent}
-    if stored.tracestate:
-        headers["tracestate"] = stored.tracestate
+    headers = {"traceparent": traceparent}
+    if tracestate:
+        headers["tracestate"] = tracestate
     return TraceContextTextMapPropagator().extract(headers) or None
-
-
-def link_to(stored: Carrier | None, attributes: Mapping[str, Any] | None = None) -> Any:
-    """A link to the span these texts name (None when they name none)."""
-    from opentelemetry import trace
-
-    context = context_of(stored)
-    span_context = trace.get_current_span(context).get_span_context() if context else None
-    if span_context is None or not span_context.is_valid:
-        return None
-    return trace.Link(span_context, attributes)
 
 
 @contextlib.contextmanager

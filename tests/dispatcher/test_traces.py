@@ -74,8 +74,9 @@ def test_a_send_continues_the_trace_its_effect_was_enqueued_in(
     assert (attrs["outbox.endpoint"], attrs["outbox.idempotency_key"]) == ("hook", key)
     assert (attrs["outbox.attempt"], attrs["outbox.outcome"]) == (1, "delivered")
     assert attrs["http.response.status_code"] == 200 and attrs["outbox.duration_ms"] > 0
-    assert (rec.trace_id, rec.parent_span_id) == (web.trace_id, send.span_id)
-    assert rec.attributes["outbox.outcome"] == "delivered"
+    # The record statement is a span of its own, linked to the sends it recorded.
+    assert rec.links == ((web.trace_id, send.span_id),) and rec.parent_span_id == ""
+    assert rec.attributes == {"outbox.worker_id": "test-worker", "outbox.records": 1}
     # The receiver continues the send span; the attempt's row names the same span.
     (seen,) = receiver.seen()
     assert _ids(seen.headers["traceparent"]) == (web.trace_id, send.span_id)
@@ -111,6 +112,19 @@ def mailbox() -> Iterator[tuple[Inbox, int]]:
         yield inbox, port
     finally:
         controller.stop()
+
+
+def test_every_send_is_linked_from_the_record_that_recorded_it_at_most_128_a_span(
+    engine: Engine, fast: Settings, receiver: Receiver, otlp: OtlpReceiver
+) -> None:
+    _enqueue(engine, receiver.url(), n=300)
+    assert run_worker(fast, engine) == 0
+    sends = otlp.wait_for("outbox.send", 300)
+    records = otlp.spans("outbox.record")
+    linked = [link for r in records for link in r.links]
+    assert sorted(linked) == sorted((s.trace_id, s.span_id) for s in sends)
+    assert max(len(r.links) for r in records) <= 128
+    assert len({s.trace_id for s in sends}) == 300  # each effect enqueued in its own trace
 
 
 def test_an_email_carries_its_send_span_in_a_header_of_its_own(
