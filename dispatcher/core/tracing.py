@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+log = logging.getLogger(__name__)
 NAME = "spark_outbox"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
 _UNSET: Any = object()
@@ -76,7 +78,16 @@ def _decide(environ: Mapping[str, str]) -> Any:
             return host.get_tracer(NAME)
     if not enabled_by(environ):
         return None
-    _provider = _new_provider(environ)
+    try:
+        _provider = _new_provider(environ)
+    except ImportError as exc:  # asked for, not installed: run untraced, say so once
+        log.warning(
+            "OTEL_* variables turn tracing on but the otel extra is not installed (%s); "
+            "running without traces: pip install 'spark-outbox[otel]'",
+            exc.name,
+            extra={"event": "tracing.unavailable"},
+        )
+        return None
     return _provider.get_tracer(NAME)
 
 

@@ -187,6 +187,23 @@ def test_with_tracing_off_no_opentelemetry_module_is_loaded() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_tracing_asked_for_without_the_otel_extra_runs_untraced_and_says_which_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as in a core install: not importable\n"
+        "from spark_outbox.core import tracing\n"
+        "assert tracing.tracer() is None\n"
+        "with tracing.span('x') as s: assert s is None\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:9"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'spark-outbox[otel]'" in done.stderr
+
+
 def test_the_standard_variables_decide_whether_tracing_is_on() -> None:
     endpoint = "http://127.0.0.1:4318"
     cases = [
