@@ -18,15 +18,17 @@ cost twice the CPU of a span per attempt alone (bench/RESULTS.md).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from spark_outbox.core import tracing
+from spark_outbox.core import outside, tracing
 from spark_outbox.dispatch import store
 
+log = logging.getLogger(__name__)
 # OpenTelemetry keeps at most 128 links a span by default (OTEL_SPAN_LINK_COUNT_LIMIT).
 LINKS_PER_SPAN = 128
 
@@ -55,7 +57,7 @@ class Traces:
             claim = inner(engine, worker_id, room, lease_s)
             if not claim.effects:
                 return claim
-            created = store.trace_contexts(engine, [e.id for e in claim.effects])
+            created = _created_in(engine, claim.effects)
             span = self._tracer.start_span(
                 "outbox.claim",
                 start_time=started_ns,
@@ -138,6 +140,21 @@ class Traces:
                 attributes={"outbox.worker_id": self._worker_id, "outbox.records": len(results)},
             )
             span.end(end_time=ended_ns)
+
+
+def _created_in(engine: Engine, effects: Sequence[store.Claimed]) -> dict[int, tracing.Carrier]:
+    """The effects' trace contexts; none if they cannot be read now. The claim has
+    committed: failing (and being retried) here would strand its leases until they
+    expire, for a trace: its sends start new traces instead."""
+    try:
+        return store.trace_contexts(engine, [e.id for e in effects])
+    except Exception as exc:  # the claim's leases matter more than a trace
+        log.warning(
+            "trace contexts not read; these sends start new traces",
+            extra={"event": "tracing.contexts_unread", "effects": len(effects)}
+            | outside.failure(exc),
+        )
+        return {}
 
 
 def _link(context: Any) -> Any:
