@@ -36,6 +36,7 @@ _UNSET: Any = object()
 _lock = threading.Lock()
 _tracer: Any = _UNSET  # None (off), or the tracer spans are made with
 _provider: Any = None  # ours, when we configured one (flushed and shut down here)
+_service = NAME  # service.name when OTEL_SERVICE_NAME does not say (serve_as)
 
 
 class Carrier(NamedTuple):
@@ -56,6 +57,14 @@ def enabled_by(environ: Mapping[str, str]) -> bool:
         "OTEL_EXPORTER_OTLP_ENDPOINT"
     )
     return exporters <= {""} and bool(endpoint)
+
+
+def serve_as(service_name: str) -> None:
+    """The ``service.name`` this process's spans carry unless ``OTEL_SERVICE_NAME``
+    (or ``OTEL_RESOURCE_ATTRIBUTES``) names one: set by an entry point (the
+    dispatcher, a Spark job) before its first span."""
+    global _service
+    _service = service_name
 
 
 def tracer() -> Any:
@@ -99,7 +108,7 @@ def _new_provider(environ: Mapping[str, str]) -> Any:
     named = environ.get("OTEL_SERVICE_NAME") or "service.name=" in environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", ""
     )
-    provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: NAME}))
+    provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: _service}))
     exporters = {e.strip().lower() for e in environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
     if "console" in exporters:
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
