@@ -83,7 +83,7 @@ class Traces:
             trace = effect.trace = EffectTrace(None, None)
         span = self._tracer.start_span(
             "outbox.send",
-            context=tracing.context_of(trace.created_in),
+            context=tracing.context_of(trace.created_in) or _new_trace(),
             kind=_client_kind(),
             links=[trace.claim_link] if trace.claim_link is not None else (),
             attributes={
@@ -155,6 +155,13 @@ def _created_in(engine: Engine, effects: Sequence[store.Claimed]) -> dict[int, t
             | outside.failure(exc),
         )
         return {}
+
+
+def _new_trace() -> Any:
+    """An empty context: a send without a stored one starts a trace, whatever is current."""
+    from opentelemetry.context import Context
+
+    return Context()
 
 
 def _link(context: Any) -> Any:

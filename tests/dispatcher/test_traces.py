@@ -4,6 +4,7 @@ receiver on loopback; the receivers continue them through ``traceparent``."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from aiosmtpd.controller import Controller
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from spark_outbox.cli.tools.scratch import free_port
@@ -19,6 +22,8 @@ from spark_outbox.core import tracing
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.keys import effect_key
 from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import store
+from spark_outbox.dispatch.traces import EffectTrace, Traces
 from tests.conftest import insert_endpoint
 from tests.dispatcher.conftest import Receiver, Reply, run_worker
 from tests.dispatcher.test_email import Inbox, _mail
@@ -224,3 +229,48 @@ def test_a_trace_id_is_read_only_from_a_valid_traceparent() -> None:
     assert tracing.trace_id(good) == "4bf92f3577b34da6a3ce929d0e0e4736"
     bad = [None, "", "garbage", good.upper(), "00-" + "0" * 32 + "-00f067aa0ba902b7-01"]
     assert [tracing.trace_id(t) for t in bad] == [None] * len(bad)
+
+
+_HEX = "0123456789abcdef"
+_VALID = st.builds(
+    lambda t, s, f: f"00-{t}-{s}-{f:02x}",
+    st.text(_HEX, min_size=32, max_size=32).filter(lambda t: set(t) != {"0"}),
+    st.text(_HEX, min_size=16, max_size=16).filter(lambda s: set(s) != {"0"}),
+    st.integers(0, 255),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parent=st.one_of(_VALID, st.text(max_size=80)),
+    state=st.one_of(st.none(), st.text(max_size=80), st.just("vendor=abc,other=x1")),
+)
+def test_any_stored_trace_context_gives_a_well_formed_traceparent_continuing_a_valid_one(
+    parent: str, state: str | None
+) -> None:
+    """Stored contexts are outside data (a producer's, or hand-written): whatever
+    they hold, a send's headers are one valid W3C traceparent (and a tracestate
+    without line breaks), continuing the stored trace exactly when it is valid."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    traces = Traces(TracerProvider().get_tracer("test"), "w")
+    effect = store.Claimed(1, "k" * 64, "hook", None, "{}", 1, "token")
+    effect.trace = EffectTrace(tracing.Carrier(parent, state), None)
+    span = traces.send_started(effect, "webhook")
+    span.end()
+    headers = effect.trace.headers
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", headers["traceparent"])
+    trace_id = headers["traceparent"][3:35]
+    if parent[-2:] == "01" and continued(parent):  # a sampled parent: the send is too
+        assert int(headers["traceparent"][-2:], 16) & 1
+    assert set(headers) <= {"traceparent", "tracestate"}
+    assert "\r" not in headers.get("tracestate", "") and "\n" not in headers.get("tracestate", "")
+    assert (trace_id == parent[3:35]) == continued(parent)
+
+
+def continued(parent: str) -> bool:
+    """Whether a stored traceparent is one a send continues: W3C version 00, ids
+    not all zero (the propagator's rules)."""
+    return re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}", parent) is not None and (
+        set(parent[3:35]) != {"0"} and set(parent[36:52]) != {"0"}
+    )
