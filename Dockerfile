@@ -29,7 +29,7 @@ COPY spark_jobs ./spark_jobs
 COPY api ./api
 COPY migrations ./migrations
 COPY cli ./cli
-RUN pip install '.[spark,api,demo]'
+RUN pip install '.[spark,api,demo,otel]'
 
 # /data is the compose file's `usage` volume: a new named volume starts as a copy of
 # the image's /data, so the billing stream's input and checkpoint directories exist

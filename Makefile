@@ -17,7 +17,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,connect,api,demo,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,connect,api,demo,dev,bench,otel]'
 	@touch $(STAMP)
 
 install: $(STAMP)

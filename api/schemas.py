@@ -81,6 +81,8 @@ class AttemptPublic(Public):
         None, description="set on an attempt of an operator's resend: that operator action"
     )
     resend_by: str | None = Field(None, description="the operator who asked for the resend")
+    # The attempt's trace (tracing on in the dispatcher): find it in a trace viewer.
+    trace_id: str | None = None
 
 
 class BatchPublic(Public):

@@ -6,6 +6,8 @@
     ... -- --valves   (the claim with the held-batch exclusion vs main's view: bench/valves.py)
     ... -- --latency-s 0 --only settings --settings "--claim-batch-size 200" --settings ""
                       (the dispatcher, 1 process, with each set of options: how defaults are chosen)
+    ... -- --latency-s 0 --only settings --settings "" --code /tmp/main --tracing
+                      (tracing off, today's code from a checkout, tracing on: its cost)
 
 On one fresh database, against one receiver (uvicorn + uvloop + httptools, one
 process, bench/receiver.py), every contender delivers the same N POSTs of the
@@ -253,6 +255,24 @@ def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> No
         )
 
 
+def _added(settings: list[str], code: list[str], tracing: bool) -> list[Contender]:
+    """The ``--settings``, ``--code`` and ``--tracing`` contenders, all named as
+    settings: they are compared with the first of them, round by round."""
+    added = [
+        Contender(f"dispatcher, 1 process, settings: {options or '(defaults)'}", "dispatch",
+                  contenders.dispatcher(1, options=options))
+        for options in settings
+    ] + [
+        Contender(f"dispatcher, 1 process, settings: code of {path}", "dispatch",
+                  contenders.dispatcher(1, code=path))
+        for path in code
+    ]  # fmt: skip
+    if tracing:
+        name = "dispatcher, 1 process, settings: tracing on (OTLP)"
+        added.append(Contender(name, "dispatch", contenders.dispatcher(1, traced=True)))
+    return added
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench dispatch")
     parser.add_argument("--effects", type=int, default=30000)
@@ -272,11 +292,22 @@ def main(argv: list[str]) -> int:
         help="add a contender: the dispatcher, 1 process, with these `dispatcher run` options"
         ' (repeat to compare several; "" is the defaults)',
     )
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="add a contender: the dispatcher of the checkout at PATH, 1 process, defaults "
+        "(e.g. `git archive main` unpacked: today's code against this schema)",
+    )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="add a contender: the dispatcher, 1 process, defaults, tracing on (OTLP/HTTP to "
+        "a collector stand-in on loopback; every effect created in a trace)",
+    )
     args = parser.parse_args(argv)
-    for options in args.settings:
-        name = f"dispatcher, 1 process, settings: {options or '(defaults)'}"
-        contender = Contender(name, "dispatch", contenders.dispatcher(1, options=options))
-        CONTENDERS.append(contender)
+    CONTENDERS.extend(_added(args.settings, args.code, args.tracing))
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from pgqueuer import AsyncpgDriver, Queries
 from sqlalchemy.engine import Engine
 
-from bench import floor_worker
+from bench import floor_worker, otlp_sink
 from bench.database import dsn, insert_effects
 from bench.payload import body, document
 
@@ -190,8 +191,15 @@ _FLOOR_QUEUE = (
 )
 
 
-def start_dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+def start_dispatchers(
+    ctx: Ctx, processes: int, *args: str, env_extra: dict[str, str] | None = None, code: str = ""
+) -> subprocess.Popen[bytes]:
+    """``code``: another checkout's dispatcher (run from its folder: ``-m`` puts the
+    working directory first on the path)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "OTEL_", "PYTHONPATH"))
+    }
+    env |= env_extra or {}
     env |= {
         "DATABASE_URL": ctx.url,
         "OUTBOX_SSRF_ALLOW_NETWORKS": "127.0.0.0/8",
@@ -210,8 +218,8 @@ def start_dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[
             str(processes),
             *args,
         ],
-        cwd=ROOT,
-        env=env,
+        cwd=code or ROOT,
+        env=env | ({"PYTHONPATH": code} if code else {}),
     )
     want = processes or cores()
     live = "SELECT count(*) FROM worker_heartbeats WHERE stopped_at IS NULL"
@@ -228,33 +236,55 @@ def _reset(engine: Engine) -> None:
 
 
 def dispatcher(
-    processes: int, endpoint: str = "bench", ordering_keys: int = 0, options: str = ""
+    processes: int,
+    endpoint: str = "bench",
+    ordering_keys: int = 0,
+    options: str = "",
+    *,
+    code: str = "",
+    traced: bool = False,
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
     their bookkeeping only) or ``bench-ordered`` (per-key ordering over
     ``ordering_keys`` keys, effects spread over them round robin); ``options``:
-    ``outbox dispatcher run`` options (``bench dispatch -- --settings``)."""
+    ``outbox dispatcher run`` options (``bench dispatch -- --settings``); ``code``:
+    run the dispatcher of another checkout (its folder first on PYTHONPATH, e.g.
+    ``git archive main`` unpacked: today's code on this schema); ``traced``: tracing
+    on, exported over OTLP/HTTP to a collector stand-in (bench/otlp_sink.py), every
+    effect created in a trace."""
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
         # The dispatcher's defaults (concurrency, claim batch size) unless the
         # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
         extra = os.environ.get("BENCH_DISPATCH_ARGS", "").split() + options.split()
-        proc = start_dispatchers(ctx, processes, *extra)
-        try:
-            insert_effects(ctx.engine, n, endpoint, ordering_keys)
-            t0 = time.perf_counter()
-            _wait(lambda: _drained(ctx.engine, _UNFINISHED), 600, "drain")
-            elapsed = time.perf_counter() - t0
-        finally:
-            stop_all([proc])
-        delivered = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
-        attempts = _scalar(ctx.engine, "SELECT count(*) FROM delivery_attempts")
-        if delivered != n or attempts != n:
-            raise RuntimeError(f"{delivered} of {n} delivered, {attempts} attempts logged")
-        return n / elapsed
+        env: dict[str, str] = {}
+        with contextlib.ExitStack() as stack:
+            if traced:
+                endpoint_url, _ = stack.enter_context(otlp_sink.collector())
+                env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint_url
+            proc = start_dispatchers(ctx, processes, *extra, env_extra=env, code=code)
+            return _drain(ctx, n, proc, endpoint, ordering_keys, traced)
 
     return run
+
+
+def _drain(
+    ctx: Ctx, n: int, proc: subprocess.Popen[bytes], endpoint: str, keys: int, traced: bool
+) -> float:
+    """Deliveries a second from the commit of N effects until none is unfinished."""
+    try:
+        insert_effects(ctx.engine, n, endpoint, keys, traced)
+        t0 = time.perf_counter()
+        _wait(lambda: _drained(ctx.engine, _UNFINISHED), 600, "drain")
+        elapsed = time.perf_counter() - t0
+    finally:
+        stop_all([proc])
+    delivered = _scalar(ctx.engine, "SELECT count(*) FROM effects WHERE state = 'delivered'")
+    attempts = _scalar(ctx.engine, "SELECT count(*) FROM delivery_attempts")
+    if delivered != n or attempts != n:
+        raise RuntimeError(f"{delivered} of {n} delivered, {attempts} attempts logged")
+    return n / elapsed
 
 
 def latency(

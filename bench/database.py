@@ -66,20 +66,25 @@ def load(url: str, base: str) -> Engine:
     return engine
 
 
-def insert_effects(engine: Engine, n: int, endpoint: str = "bench", ordering_keys: int = 0) -> None:
+def insert_effects(
+    engine: Engine, n: int, endpoint: str = "bench", ordering_keys: int = 0, traced: bool = False
+) -> None:
     """N effects for ``endpoint`` (the same body as every contender's) in one
     statement, committed with a wake-up; with ``ordering_keys``, effect g carries
-    ordering key ``g % ordering_keys`` (round robin: each key's effects in order)."""
+    ordering key ``g % ordering_keys`` (round robin: each key's effects in order);
+    ``traced``: each effect created in a trace (one per 1,000 effects, as a batch's)."""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
                 "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
-                " ordering_key)"
+                " ordering_key, trace_parent)"
                 " SELECT lpad(to_hex(g), 64, '0'), :endpoint, jsonb_build_object("
                 "'type', 'invoice.created', 'n', g, 'currency', 'EUR', 'pad', :pad), 'x',"
-                " CASE WHEN :keys > 0 THEN 'customer-' || (g % :keys) END"
+                " CASE WHEN :keys > 0 THEN 'customer-' || (g % :keys) END,"
+                " CASE WHEN :traced THEN '00-' || lpad(to_hex(g / 1000 + 1), 32, 'a') || '-'"
+                " || lpad(to_hex(g / 1000 + 1), 16, 'b') || '-01' END"
                 " FROM generate_series(1, :n) g"
             ),
-            {"n": n, "pad": PAD, "endpoint": endpoint, "keys": ordering_keys},
+            {"n": n, "pad": PAD, "endpoint": endpoint, "keys": ordering_keys, "traced": traced},
         )
         wakeup.notify(conn, "bench")

@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_outbox.cli import supervisor
 from spark_outbox.cli.database import database_url
-from spark_outbox.core import db
+from spark_outbox.core import db, tracing
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
@@ -170,6 +170,7 @@ def run_worker(args: argparse.Namespace, settings: Settings) -> int:
     )
     if not settings.startup_options:
         _check_role_settings(engine)
+    tracing.serve_as("outbox-dispatcher")  # OTEL_SERVICE_NAME, if set, wins
     worker = Worker(settings, engine, database_url=url, until_idle=args.until_idle)
     if args.metrics_port:
         _serve_metrics(worker, settings.metrics_host, args.metrics_port)

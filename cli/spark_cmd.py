@@ -15,7 +15,7 @@ from typing import Any
 
 from spark_outbox.cli import extras, output
 from spark_outbox.cli.database import database_url
-from spark_outbox.core import db, endpoints
+from spark_outbox.core import db, endpoints, tracing
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 from spark_outbox.spark import shipping
@@ -172,6 +172,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     if args.mode == "stream" and args.checkpoint is None:
         raise ConfigurationError("stream mode: pass --checkpoint DIR (it makes restarts resume)")
     _check_input(args.input, args.date if args.mode == "batch" else [])
+    tracing.serve_as("outbox-spark-job")  # OTEL_SERVICE_NAME, if set, wins
     options = {"volume_guard": volume_guard(args)}  # a bad limit fails before Spark starts
     url = database_url(settings)
     _check_endpoints(url)

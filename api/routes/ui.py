@@ -26,6 +26,7 @@ Sign-out can also revoke the signed-in token (``admin.revoke_token``, audited, a
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hmac
 import secrets
 from pathlib import Path
@@ -50,6 +51,7 @@ from spark_outbox.console import (
     tokens,
     uncertain,
 )
+from spark_outbox.core import tracing
 from spark_outbox.core.errors import NotFound, OutboxError
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.timestamps import iso
@@ -235,7 +237,14 @@ def effect(
     request: Request, conn: Conn, token: Session, settings: SettingsDep, key: Key
 ) -> HTMLResponse:
     detail = audit.effect_detail(conn, key, mask=masked_for(token, settings))
-    return render(request, "effect.html", token=token, detail=detail, payload=detail.effect.payload)
+    return render(
+        request,
+        "effect.html",
+        token=token,
+        detail=detail,
+        payload=detail.effect.payload,
+        trace_url=functools.partial(tracing.viewer_url, settings.trace_url_template),
+    )
 
 
 @router.post("/effects/{key}/{action}")

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from spark_outbox.console.filters import Cursor, EffectFilter, check_limit
-from spark_outbox.core import masking
+from spark_outbox.core import masking, tracing
 from spark_outbox.core.errors import NotFound
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -88,6 +88,12 @@ class Attempt:
     response_excerpt: str | None
     resend_action_id: int | None = None  # an attempt of an operator's resend
     resend_by: str | None = None  # ... and the operator who asked for it
+    # The attempt's send span (W3C traceparent), when the dispatcher traced it.
+    trace_parent: str | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        return tracing.trace_id(self.trace_parent)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ LIMIT 20;
 -- an attempt of a resend with the operator who asked for it (pk_operator_actions).
 SELECT a.attempt, a.worker_id, a.started_at, a.duration_ms, a.outcome, a.status_code,
        a.error_class, a.error, a.response_excerpt, a.resend_action_id,
-       oa.actor AS resend_by
+       oa.actor AS resend_by, a.trace_parent
 FROM delivery_attempts a
 LEFT JOIN operator_actions oa ON oa.id = a.resend_action_id
 WHERE a.effect_id = :effect_id

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from spark_outbox.core import wakeup
+from spark_outbox.core import tracing, wakeup
 from spark_outbox.core.errors import ArchivedEndpoint, UnknownEndpoint
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
@@ -100,17 +100,34 @@ def enqueue(
         "reference": reference,
         "supersedes": supersedes,
     }
+    with tracing.span("outbox.enqueue", _span_attributes(idempotency_key, endpoint)) as span:
+        # The effect keeps the trace it was created in: its sends join it.
+        created_in = tracing.carrier(span) if span is not None else tracing.current()
+        row["trace_parent"] = created_in.traceparent if created_in else None
+        row["trace_state"] = created_in.tracestate if created_in else None
+        enqueued = _write(conn, row)
+        if span is not None:
+            span.set_attribute("outbox.new", enqueued.new)
+        return enqueued
+
+
+def _write(conn: Connection, row: Mapping[str, Any]) -> Enqueued:
+    """Insert (or take over an invisible row); else learn whether the payload differs."""
+    key = row["idempotency_key"]
     inserted = conn.execute(_Q["insert_effect"], row).first() or _take_over_invisible(conn, row)
     if inserted is not None:
         wakeup.notify(conn, "enqueued")
-        return Enqueued(idempotency_key=idempotency_key, new=True, payload_mismatch=False)
-    stored = conn.execute(
-        _Q["stored_payload_sha256"], {"idempotency_key": idempotency_key}
-    ).scalar()
+        return Enqueued(idempotency_key=key, new=True, payload_mismatch=False)
+    stored = conn.execute(_Q["stored_payload_sha256"], {"idempotency_key": key}).scalar()
+    digest = row["payload_sha256"]
     mismatch = stored is not None and stored != digest
     if stored is not None and mismatch:
-        _record_mismatch(conn, idempotency_key, endpoint, str(stored), digest)
-    return Enqueued(idempotency_key=idempotency_key, new=False, payload_mismatch=mismatch)
+        _record_mismatch(conn, key, row["endpoint"], str(stored), digest)
+    return Enqueued(idempotency_key=key, new=False, payload_mismatch=mismatch)
+
+
+def _span_attributes(key: str, endpoint: str) -> dict[str, Any]:
+    return {"outbox.idempotency_key": key, "outbox.endpoint": endpoint}
 
 
 def _record_mismatch(conn: Connection, key: str, endpoint: str, stored: str, offered: str) -> None:

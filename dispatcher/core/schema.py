@@ -198,6 +198,10 @@ batches = sa.Table(
     sa.Column("hold_state", sa.Text),
     sa.Column("hold_reason", sa.Text),
     _ts("hold_resolved_at"),
+    # The batch's span (W3C traceparent/tracestate; NULL with tracing off): its
+    # effects' sends join this trace (spark_outbox.core.tracing, migration 2730).
+    sa.Column("trace_parent", sa.Text),
+    sa.Column("trace_state", sa.Text),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -257,6 +261,10 @@ effects = sa.Table(
     # the effect although the key ledger knows it delivered, and its attempts carry
     # the same id (spark_outbox.console.resend; migration 2710).
     sa.Column("resend_action_id", sa.BigInteger),
+    # The span that enqueued it (enqueue with tracing on; NULL otherwise and for a
+    # Spark run's rows, whose context is their batch's): its sends join that trace.
+    sa.Column("trace_parent", sa.Text),
+    sa.Column("trace_state", sa.Text),
     sa.UniqueConstraint("idempotency_key"),
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
     sa.CheckConstraint("char_length(idempotency_key) = 64", name="key_length"),
@@ -349,6 +357,9 @@ delivery_attempts = sa.Table(
     # Set on an attempt an operator's resend asked for (``operator_actions.id``): a
     # resend is recorded as such, never mistaken for a duplicate on our own account.
     sa.Column("resend_action_id", sa.BigInteger),
+    # The attempt's send span (W3C traceparent; NULL with tracing off): the support
+    # page shows its trace id and links to a trace viewer.
+    sa.Column("trace_parent", sa.Text),
     sa.Index(None, "effect_id", "attempt"),
     sa.Index(None, "started_at"),
 )

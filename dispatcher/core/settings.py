@@ -169,6 +169,17 @@ def _check_breaker(s: Settings) -> None:
         )
 
 
+def _check_trace_url_template(template: str) -> None:
+    """A link on the support page: http(s) only (never javascript:), naming the trace."""
+    if template and (
+        "{trace_id}" not in template or not template.startswith(("https://", "http://"))
+    ):
+        raise ConfigurationError(
+            f"OUTBOX_TRACE_URL_TEMPLATE={template!r}: use an http(s) URL with {{trace_id}} "
+            "where the trace id goes, e.g. https://jaeger.example.com/trace/{trace_id}"
+        )
+
+
 def _check_retention(s: Settings) -> None:
     """Refused at start, not when the retention side task first runs."""
     if not 1 <= s.retention_batch_size <= 10_000:
@@ -245,6 +256,9 @@ class Settings:
     # The support page's cookies lose their Secure flag: only for plain HTTP on a
     # developer's machine (the demo sets it), never behind a real deployment.
     ui_insecure_cookie: bool = False
+    # The support page links each attempt's trace id here: a trace viewer's URL with
+    # {trace_id} (and optionally {span_id}), e.g. Jaeger's .../trace/{trace_id}.
+    trace_url_template: str = ""
     log_format: str = "json"
     log_level: str = "INFO"
 
@@ -303,12 +317,14 @@ class Settings:
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),
             sensitive_fields=_env_list(env, "OUTBOX_SENSITIVE_FIELDS"),
             ui_insecure_cookie=_env_flag(env, "OUTBOX_UI_INSECURE_COOKIE"),
+            trace_url_template=env.get("OUTBOX_TRACE_URL_TEMPLATE", ""),
             log_format=env.get("OUTBOX_LOG_FORMAT", defaults.log_format),
             log_level=env.get("OUTBOX_LOG_LEVEL", defaults.log_level),
         )
         settings = dataclasses.replace(settings, **overrides) if overrides else settings
         _check_retention(settings)
         _check_breaker(settings)
+        _check_trace_url_template(settings.trace_url_template)
         return settings
 
     @property

@@ -30,6 +30,7 @@ from spark_outbox.dispatch.channels.webhook import WebhookChannel
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.metrics import Metrics
 from spark_outbox.dispatch.starts import SendStarts
+from spark_outbox.dispatch.traces import Traces
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,9 @@ ENDPOINT_CACHE_S = 2.0
 
 
 class Delivery:
-    def __init__(self, settings: Settings, db: DbCalls, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, db: DbCalls, metrics: Metrics, traces: Traces | None = None
+    ) -> None:
         self._settings = settings
         self._db = db
         self._metrics = metrics
@@ -51,6 +54,7 @@ class Delivery:
         self._hold = asyncio.Event()
         self._gone: set[str] = set()  # answered 410 here; paused until its row changes
         self._starts = SendStarts(db, give_up_s=settings.lease_s / 4)
+        self._traces = traces  # None: tracing is off
 
     async def start(self) -> None:
         for channel in self._channels.values():
@@ -115,6 +119,9 @@ class Delivery:
                 # Its start could not be recorded (lease lost, database away): an
                 # unrecorded start must not be sent (docs/dispatcher.md, "Uncertain sends").
                 return store.Release(effect.id, effect.lease_token)
+        span = None
+        if self._traces is not None:
+            span = self._traces.send_started(effect, endpoint.kind if endpoint else "unknown")
         started_at = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         if endpoint is None:
@@ -129,7 +136,10 @@ class Delivery:
                 self._gone.add(endpoint.name)
         duration_s = time.perf_counter() - t0
         self._metrics.attempt_time(effect.endpoint).observe(duration_s)
-        return self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+        result = self._result(effect, endpoint, sent, started_at, duration_s * 1000)
+        if span is not None and self._traces is not None:
+            self._traces.send_ended(span, result)
+        return result
 
     def _rest_s(self, endpoint: Endpoint) -> float | None:
         """Seconds to hand the effect back for (None: send now)."""

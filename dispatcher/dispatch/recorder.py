@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Callable
 
 from spark_outbox.core import outside
@@ -24,6 +25,7 @@ from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.dispatch import store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.metrics import Metrics
+from spark_outbox.dispatch.traces import Traces
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,7 @@ class Recorder:
         give_up_s: float,
         recorded: Callable[[int], None],
         statements: store.Statements | None = None,
+        traces: Traces | None = None,
     ) -> None:
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self._db = db
@@ -50,6 +53,7 @@ class Recorder:
         self._give_up_s = give_up_s
         self._recorded = recorded  # told how many claimed effects are settled
         self._statements = statements or store.Statements()  # how records run
+        self._traces = traces  # None: tracing is off
         # Recorded outcomes by name (delivered, retry, dead, gone, stale, unrecorded).
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -75,6 +79,7 @@ class Recorder:
                 self._recorded(len(releases))
 
     async def _record(self, batch: list[store.Result]) -> None:
+        t0 = time.time_ns() if self._traces is not None else 0
         try:
             fresh = await self._db.call(
                 self._statements.record,
@@ -87,6 +92,8 @@ class Recorder:
         except Exception as exc:  # one bad row must not sink the batch
             await self._split(batch, exc)
             return
+        if self._traces is not None:
+            self._traces.recorded(batch, fresh, t0)
         # Deliveries are counted per endpoint once a batch (an increment takes a lock);
         # every other outcome one by one, with its log line.
         delivered: collections.Counter[str] = collections.Counter()

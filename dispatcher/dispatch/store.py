@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from spark_outbox.core import endpoint_state, queue
+from spark_outbox.core import endpoint_state, queue, tracing
 from spark_outbox.core.settings import DEFAULT_BREAKER, Breaker, Settings
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch import prepared as _prepared
@@ -96,6 +96,8 @@ class Claimed:
     lease_token: str
     # time.monotonic() by which the lease has surely expired (taken before the claim).
     lease_deadline: float = 0.0
+    # Tracing on only: the effect's traces.EffectTrace (None: tracing is off).
+    trace: Any = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -116,6 +118,8 @@ class Result:
     # For logs and metrics only (not written by ``record``).
     endpoint: str = ""
     idempotency_key: str = ""
+    # The attempt's send span (W3C traceparent): tracing on only.
+    trace_parent: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -277,7 +281,7 @@ def _rows_json(results: Sequence[Result]) -> str:
             [
                 r.effect_id, r.lease_token, r.outcome, float(r.delay_s), r.error, r.status_code,
                 r.error_class, r.response_excerpt, r.started_at.timestamp(), r.duration_ms,
-                r.attempt,
+                r.attempt, r.trace_parent,
             ]
             for r in results
         ],
@@ -297,6 +301,14 @@ _RECORD = _prepared.Statement(
         "breaker_max_s": "float8",
     },
 )
+
+
+def trace_contexts(engine: Engine, ids: Sequence[int]) -> dict[int, tracing.Carrier]:
+    """Tracing on only: the trace context each effect was created in, by id (an
+    effect created with tracing off has none)."""
+    with engine.connect() as conn:
+        rows = conn.execute(_Q["trace_contexts"], {"ids": list(ids)}).all()
+    return {int(r[0]): tracing.Carrier(r[1], r[2]) for r in rows}
 
 
 def leases_ended(engine: Engine, ended: Mapping[str, int]) -> None:

@@ -112,6 +112,17 @@ RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS te
           e.attempt_count, CAST(e.lease_token AS text) AS lease_token,
           known.delivered_at IS NOT NULL AS already_delivered;
 
+-- name: trace_contexts
+-- Tracing on only (the claim itself reads nothing more): the trace each claimed
+-- effect was created in, enqueue's own or else its batch's, through its run.
+SELECT e.id,
+       COALESCE(e.trace_parent, b.trace_parent),
+       CASE WHEN e.trace_parent IS NOT NULL THEN e.trace_state ELSE b.trace_state END
+FROM effects e
+LEFT JOIN batches b ON b.run_id = e.run_id
+WHERE e.id = ANY(CAST(:ids AS bigint[]))
+  AND (e.trace_parent IS NOT NULL OR b.trace_parent IS NOT NULL);
+
 -- name: durable_commit
 -- Outcomes and the key ledger are durable at COMMIT, even on a session that
 -- commits claims asynchronously (store.ENGINE_OPTIONS).
@@ -134,7 +145,8 @@ WITH r AS (
            CAST(j->>3 AS float8) AS delay_s, j->>4 AS error, CAST(j->>5 AS int) AS status_code,
            j->>6 AS error_class, j->>7 AS excerpt,
            to_timestamp(CAST(j->>8 AS float8)) AS started_at,
-           CAST(j->>9 AS float8) AS duration_ms, CAST(j->>10 AS int) AS attempt
+           CAST(j->>9 AS float8) AS duration_ms, CAST(j->>10 AS int) AS attempt,
+           j->>11 AS trace_parent
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS j
 ), updated AS (
     UPDATE effects e SET
@@ -230,7 +242,7 @@ WITH r AS (
 ), logged AS (
     INSERT INTO delivery_attempts (effect_id, attempt, worker_id, lease_token, started_at,
                                    duration_ms, outcome, status_code, error_class, error,
-                                   response_excerpt, resend_action_id)
+                                   response_excerpt, resend_action_id, trace_parent)
     SELECT r.id, r.attempt, :worker_id, r.token, r.started_at, r.duration_ms,
            -- a hashed lookup: a join on the CTE planned as a nested loop (O(n^2))
            CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
@@ -239,7 +251,8 @@ WITH r AS (
            -- (the row as the lease saw it: this statement's snapshot; a stale
            -- attempt may predate the resend, so it is not marked)
            CASE WHEN (r.id, r.token) IN (SELECT u.id, u.token FROM updated u)
-                THEN e.resend_action_id END
+                THEN e.resend_action_id END,
+           r.trace_parent
     FROM r
     JOIN effects e ON e.id = r.id
 ), counted AS MATERIALIZED (

@@ -34,7 +34,7 @@ import uuid
 
 from sqlalchemy.engine import Engine
 
-from spark_outbox.core import outside
+from spark_outbox.core import outside, tracing
 from spark_outbox.core.queue import QueueStats
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.wakeup import Listener
@@ -43,6 +43,7 @@ from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.metrics import Metrics
 from spark_outbox.dispatch.recorder import Recorder
+from spark_outbox.dispatch.traces import Traces
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,12 @@ class Worker:
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
         self._statements = store.Statements.from_settings(settings)
+        # Tracing (OTEL_* variables): None when off, and then nothing below is traced.
+        tracer = tracing.tracer()
+        self._traces = None if tracer is None else Traces(tracer, self.worker_id)
+        self._claim = self._statements.claim
+        if self._traces is not None:
+            self._claim = self._traces.claim(self._statements.claim)
         self._recorder = Recorder(
             self._db,
             self.worker_id,
@@ -93,6 +100,7 @@ class Worker:
             give_up_s=max(120.0, settings.lease_s),
             recorded=self._settled,
             statements=self._statements,
+            traces=self._traces,
         )
         self._queue = QueueStats(depth=0, oldest_due_age_s=0.0)
         # The progress line's last counts and when they were taken.
@@ -116,7 +124,7 @@ class Worker:
 
     async def run(self) -> int:
         """Run until stopped (or idle, with ``until_idle``); 0 on a clean stop."""
-        delivery = Delivery(self.settings, self._db, self.metrics)
+        delivery = Delivery(self.settings, self._db, self.metrics, self._traces)
         await delivery.start()
         self.metrics.in_flight.set_function(lambda: self._held)  # read when scraped
         senders = [
@@ -173,7 +181,7 @@ class Worker:
             room = min(s.claim_batch_size, capacity - self._held)
             if room > 0:
                 claim = await self._db.call(
-                    self._statements.claim, self.worker_id, room, s.lease_s, until=self._stopping
+                    self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
                 for effect in claim.effects if claim is not None else []:
                     self._unrecorded += 1
@@ -302,6 +310,9 @@ class Worker:
         with contextlib.suppress(Exception):
             await self._db.call(store.heartbeat_stopped, self.worker_id, give_up_after_s=5.0)
         self._db.close()
+        if self._traces is not None:
+            with contextlib.suppress(Exception):  # a collector away must not fail the stop
+                await asyncio.to_thread(tracing.flush)
         log.info(
             "worker stopped",
             extra={"event": "worker.stopped", "delivered": self.delivered, "failed": self.failed},

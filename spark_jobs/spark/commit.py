@@ -36,6 +36,7 @@ from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
 from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.core.tracing import Carrier
 from spark_outbox.spark import guard, notices, phases
 from spark_outbox.spark.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
 from spark_outbox.spark.protocol import TaskReport
@@ -56,6 +57,8 @@ class CommitRequest:
     on_invalid: str  # "reject" | "fail"
     spark_app_id: str | None = None
     volume_guard: guard.VolumeGuard = dataclasses.field(default_factory=guard.VolumeGuard)
+    # The batch's span (tracing on): kept on the marker; its effects' sends join it.
+    trace: Carrier | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +140,8 @@ def insert_marker(conn: Connection, request: CommitRequest) -> bool:
         "batch_id": request.batch_id,
         "run_id": request.run_id,
         "spark_app_id": request.spark_app_id,
+        "trace_parent": request.trace.traceparent if request.trace else None,
+        "trace_state": request.trace.tracestate if request.trace else None,
     }
     return conn.execute(_Q["insert_marker"], params).first() is not None
 

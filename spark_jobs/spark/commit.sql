@@ -27,8 +27,8 @@ DELETE FROM batch_runs WHERE run_id = :run_id AND swept_at IS NULL RETURNING run
 -- The fence: a racing run waits on the unique index and then finds the conflict;
 -- nothing is returned when another run won. Committed, it makes the run's
 -- effects visible (the visible_effects view looks markers up by run_id).
-INSERT INTO batches (job, batch_id, run_id, spark_app_id)
-VALUES (:job, :batch_id, :run_id, :spark_app_id)
+INSERT INTO batches (job, batch_id, run_id, spark_app_id, trace_parent, trace_state)
+VALUES (:job, :batch_id, :run_id, :spark_app_id, :trace_parent, :trace_state)
 ON CONFLICT (job, batch_id) DO NOTHING
 RETURNING id;
 

@@ -11,6 +11,8 @@ counts; the driver uses only the reports of the tasks Spark saw succeed
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,12 +30,13 @@ def effects_writer(run: RunTag, chunk_rows: int = CHUNK_ROWS) -> Partitions:
     """The ``mapInArrow`` function that writes one partition of effects."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
+        started_at = time.time()
         conn = _connect(run.dsn, "effects")
         try:
             report = write_effects(conn, run, _task_id(), batches, chunk_rows)
         finally:
             conn.close()
-        yield report.to_batch()
+        yield dataclasses.replace(report, started_at=started_at, ended_at=time.time()).to_batch()
 
     return write
 
@@ -42,6 +45,7 @@ def results_writer(run: RunTag) -> Partitions:
     """The ``mapInArrow`` function that stages one partition of result rows."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
+        started_at = time.time()
         conn = _connect(run.dsn, "results")
         try:
             stager = ResultStager(conn, run, _task_id())
@@ -50,7 +54,7 @@ def results_writer(run: RunTag) -> Partitions:
             report = stager.finish()
         finally:
             conn.close()
-        yield report.to_batch()
+        yield dataclasses.replace(report, started_at=started_at, ended_at=time.time()).to_batch()
 
     return write
 

@@ -54,6 +54,10 @@ class TaskReport:
     different_by_state: Mapping[str, int] = dataclasses.field(default_factory=dict)
     examples: tuple[Mapping[str, Any], ...] = ()
     reject_reasons: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # When the task started and ended (epoch seconds, its executor's clock): the
+    # driver draws the task's span from them when tracing is on (spark.spans).
+    started_at: float = 0.0
+    ended_at: float = 0.0
 
     def __add__(self, other: TaskReport) -> TaskReport:
         return TaskReport(
@@ -68,6 +72,8 @@ class TaskReport:
             different_by_state=_added(self.different_by_state, other.different_by_state),
             examples=(self.examples + other.examples)[:EXAMPLES_KEPT],
             reject_reasons=_added(self.reject_reasons, other.reject_reasons),
+            started_at=min((t for t in (self.started_at, other.started_at) if t), default=0.0),
+            ended_at=max(self.ended_at, other.ended_at),
         )
 
     def to_batch(self) -> Any:

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_outbox.core import db
+from spark_outbox.core import db, tracing
 from spark_outbox.core.errors import ConfigurationError, OutboxError
-from spark_outbox.spark import commit, phases, preview, runs, sessions
+from spark_outbox.spark import commit, phases, preview, runs, sessions, spans
 from spark_outbox.spark.contract import effect_frame, result_frame
 from spark_outbox.spark.executor import CHUNK_ROWS, effects_writer, results_writer
 from spark_outbox.spark.guard import VolumeGuard
@@ -102,26 +102,39 @@ class OutboxSink:
 
     def write(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchOutcome:
         """Commit one batch; a replayed batch id writes nothing and says so."""
+        with spans.batch(self.job, batch_id) as span:
+            outcome = self._write(results_df, effects_df, batch_id, span)
+            spans.outcome(span, outcome)
+        return self._log(outcome)
+
+    def _write(self, results_df: Any, effects_df: Any, batch_id: str, span: Any) -> BatchOutcome:
         engine = runs.engine_for(self.database_url)
         try:
             original = runs.read_marker(engine, self.job, batch_id)
             if original is not None:
-                return self._log(self._replayed(batch_id, original))
+                return self._replayed(batch_id, original)
             endpoints = runs.endpoint_kinds(engine)
             run_id = runs.begin_run(engine, self.job, batch_id)
+            spans.run(span, run_id)
             run = RunTag(db.libpq_url(self.database_url), self.job, batch_id, run_id, endpoints)
+            request = self._request(run, results_df, effects_df, span)
             try:
                 phases.reached("writing")
-                written = self._write_on_executors(run, results_df, effects_df)
+                with tracing.span("outbox.write"):
+                    written = self._write_on_executors(run, results_df, effects_df)
+                    spans.tasks(written.effect_tasks, "effects")
+                    spans.tasks(written.result_tasks, "results")
                 phases.reached("written")
-                outcome = commit.commit(engine, self._request(run, results_df, effects_df), written)
+                with tracing.span("outbox.commit") as commit_span:
+                    outcome = commit.commit(engine, request, written)
+                    spans.outcome(commit_span, outcome)
             except Exception:
                 _abandon_quietly(engine, run_id)
                 raise
             runs.sweep(engine, self.abandoned_after_s)  # e.g. our rows, when we lost a race
         finally:
             engine.dispose()
-        return self._log(outcome)
+        return outcome
 
     def preview(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchPreview:
         """What ``write`` would do with this batch, computed in full, written nowhere
@@ -158,7 +171,9 @@ class OutboxSink:
             result_tasks = tuple(TaskReport.from_row(row) for row in results.collect())
         return commit.Written(effect_tasks, result_tasks)
 
-    def _request(self, run: RunTag, results_df: Any, effects_df: Any) -> commit.CommitRequest:
+    def _request(
+        self, run: RunTag, results_df: Any, effects_df: Any, span: Any
+    ) -> commit.CommitRequest:
         return commit.CommitRequest(
             job=self.job,
             batch_id=run.batch_id,
@@ -168,6 +183,7 @@ class OutboxSink:
             on_invalid=self.on_invalid,
             spark_app_id=sessions.application_id(effects_df.sparkSession),
             volume_guard=self.volume_guard,
+            trace=tracing.carrier(span) if span is not None else None,
         )
 
     def _replayed(self, batch_id: str, original: Marker) -> BatchOutcome:

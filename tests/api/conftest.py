@@ -22,6 +22,8 @@ from spark_outbox.cli.tools.scratch import free_port
 from spark_outbox.console import tokens
 from spark_outbox.core.settings import Settings
 from tests.conftest import insert_billing_endpoints
+from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
+from tests.otlp import otlp  # noqa: F401  (tracing to a receiver on loopback)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch.worker import Worker
+from tests.otlp import otlp, untraced  # noqa: F401  (tracing to a receiver, or off)
 
 
 @dataclasses.dataclass

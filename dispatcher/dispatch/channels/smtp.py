@@ -48,6 +48,11 @@ _LEADING_DOT = re.compile(rb"(?m)^\.")
 QUIT_TIMEOUT_S = 1.0
 
 
+# An e-mail carries its send span's context in headers of its own: a mail system
+# gives ``traceparent`` no meaning, and these say whose they are.
+TRACE_HEADERS = {"traceparent": "Outbox-Traceparent", "tracestate": "Outbox-Tracestate"}
+
+
 def message_id(idempotency_key: str) -> str:
     return f"<{idempotency_key}@{MESSAGE_ID_DOMAIN}>"
 
@@ -75,6 +80,9 @@ def render(endpoint: Endpoint, effect: Claimed) -> tuple[str, bytes] | Sent:
         msg["To"] = address
         msg["Subject"] = payload["subject"]
         msg["Idempotency-Key"] = effect.idempotency_key
+        if effect.trace is not None:  # tracing on: the send span's W3C context
+            for name, value in effect.trace.headers.items():
+                msg[TRACE_HEADERS[name]] = value
         msg.set_content(payload["text"])
         if isinstance(payload.get("html"), str):
             msg.add_alternative(payload["html"], subtype="html")

@@ -163,6 +163,8 @@ class WebhookChannel:
         body = effect.payload.encode("utf-8")
         secrets = [self._secret(text) for text in endpoint.active_secrets()]
         headers = signing.headers(secrets, effect.idempotency_key, int(time.time()), body)
+        if effect.trace is not None:  # tracing on: traceparent (and tracestate)
+            headers.update(effect.trace.headers)
         try:
             target = self._client.target(endpoint.url or "")
             answer = await self._client.post(target, headers.items(), body, timeout_s)
