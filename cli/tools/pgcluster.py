@@ -392,6 +392,9 @@ class PrivateCluster:
           cloned from a template it marks as one (an owner may);
         - owner of ``outbox``: in PostgreSQL 15 the ``public`` schema belongs to the
           database's owner, so the migrations create and alter the tables there;
+        - member of ``pg_signal_backend``: dropping a scratch database ``WITH (FORCE)``
+          terminates its sessions, autovacuum's workers among them, which belong to no
+          role the owner is a member of (it never reaches a superuser's session);
         - NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS: nothing at run time
           needs more (no extension is created; LISTEN/NOTIFY, advisory locks and
           the session settings the dispatcher sets are open to every role).
@@ -425,6 +428,9 @@ class PrivateCluster:
                             verb + " ROLE {} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE "
                             "NOREPLICATION NOBYPASSRLS PASSWORD {}"
                         ).format(sql.Identifier(APP_ROLE), sql.Literal(info.password))
+                    )
+                    cur.execute(
+                        sql.SQL("GRANT pg_signal_backend TO {}").format(sql.Identifier(APP_ROLE))
                     )
                 cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
                 if cur.fetchone() is None:

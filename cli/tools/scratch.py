@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
@@ -72,10 +74,27 @@ def create_database(server_url: str, name: str, *, template: str | None = None) 
     return with_database(server_url, name)
 
 
-def drop_database(server_url: str, name: str) -> None:
-    """Drop ``name`` if it exists, closing its sessions."""
-    with _admin(server_url) as cur:
-        cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+def drop_database(server_url: str, name: str, patience_s: float = 30.0) -> None:
+    """Drop ``name`` if it exists, closing its sessions.
+
+    ``FORCE`` terminates the database's sessions, autovacuum's workers among them; a
+    role without ``pg_signal_backend`` (a server of one's own, ``DATABASE_URL``) is
+    refused while such a worker runs there, so the drop is tried again until it has
+    finished (seconds).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            with _admin(server_url) as cur:
+                cur.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+            return
+        except DatabaseUnavailable as exc:
+            refused = isinstance(exc.__cause__, psycopg2.errors.InsufficientPrivilege)
+            if not refused or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def recreate_database(server_url: str, name: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,10 @@ def test_an_endpoint_resting_after_timeouts_says_so_everywhere(
         db_url,
         OUTBOX_LOG_LEVEL="INFO",
         OUTBOX_PROGRESS_INTERVAL_S="0.5",
-        OUTBOX_RETRY_SCHEDULE_S="0,1,300",  # due again a second later: a growing queue
+        # Every retry a second later, however many times an effect failed before the
+        # rest began (on a loaded machine some are claimed again before it): all due
+        # again a second after the worker stops, none claimed.
+        OUTBOX_RETRY_SCHEDULE_S=",".join(["1"] * 20),
     )
     proc = procs.start(env, log=log)
     try:
@@ -70,6 +74,7 @@ def test_an_endpoint_resting_after_timeouts_says_so_everywhere(
         procs.wait_for(lambda: _resting_in_progress(log), 30, "a progress line naming the rest")
     finally:
         assert procs.stop(proc) == 0
+    time.sleep(1.5)  # every pending effect's next attempt has come
     failures, resting_until, last_failure = _budget(engine)
     assert failures == TIMEOUTS and last_failure == "Timeout"
     rest_s = (resting_until - dt.datetime.now(dt.UTC)).total_seconds()
