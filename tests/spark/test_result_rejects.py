@@ -5,6 +5,9 @@ column, and the good rows commit; ``on_invalid="fail"`` refuses the batch in one
 from __future__ import annotations
 
 import datetime as dt
+import re
+import subprocess
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 from spark_outbox.spark.outcome import BatchNotCommitted, InvalidRows
 from spark_outbox.spark.results import ResultsSpec
+from tests import ROOT
 from tests.conftest import insert_endpoint
 from tests.spark.helpers import (
     EFFECT_SCHEMA,
@@ -38,6 +42,7 @@ CREATE TABLE scores (
 )
 """
 SCORES = ResultsSpec("scores", ("customer_id",))
+SPARK_DOC = (ROOT / "docs" / "spark.md").read_text()
 
 
 @pytest.fixture
@@ -62,6 +67,7 @@ def test_a_result_row_with_a_null_business_id_is_rejected_and_the_good_rows_comm
     assert len(table(hook, INVOICES_SNAPSHOT)) == 5
     [(reason, customer)] = table(hook, "SELECT reason, raw_row->>'customer_id' FROM rejects")
     assert reason.startswith("invoices.invoice_id: null"), reason
+    assert reason in SPARK_DOC  # the reason the docs show
     assert customer == "c-null"
     assert marker(hook, "b1")["rejects"] == 1
 
@@ -92,6 +98,8 @@ def test_rows_of_the_wrong_type_or_failing_a_check_are_rejected_naming_the_colum
     assert reasons["c3"].startswith("scores.scored_on: "), reasons
     assert reasons["c4"].startswith("scores.grade: "), reasons
     assert reasons["c5"].startswith("scores.score: null"), reasons
+    for shown in ("c2", "c3"):
+        assert reasons[shown] in SPARK_DOC, reasons[shown]  # the reasons the docs show
 
 
 def test_on_invalid_fail_refuses_the_batch_in_one_line_naming_the_column(
@@ -131,3 +139,28 @@ def test_a_rerun_after_rejected_result_rows_is_a_replay(
     again = sink(db_url).write(results, effects, batch_id="b1")
     assert again.status == "replayed"
     assert table(hook, "SELECT count(*) FROM rejects")[0][0] == 1
+
+
+def test_the_logging_lines_the_docs_show_print_the_sinks_batch_lines(
+    db_url: str, engine: Engine
+) -> None:
+    from spark_outbox.core import db
+
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO batches (job, batch_id, run_id) VALUES ('t', 'b1', gen_random_uuid())"
+            )
+        )
+    recipe = re.search(r"<!-- spark-logging-example -->\s*```python\n(.*?)```", SPARK_DOC, re.S)
+    assert recipe is not None
+    script = (
+        recipe.group(1)
+        + "from spark_outbox.spark.sink import OutboxSink\n"
+        + f"OutboxSink(job='t', database_url={db.libpq_url(db_url)!r}).replayed('b1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "INFO spark_outbox.spark.sink: batch replayed" in done.stderr, done.stderr
