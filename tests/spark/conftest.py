@@ -15,6 +15,17 @@ from spark_outbox.billing.session import build_session
 from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
 
 
+@pytest.fixture(autouse=True)
+def no_driver_left() -> Iterator[None]:
+    """Whatever a test does, no driver process it started outlives it."""
+    from tests.spark.killing import Driver
+
+    try:
+        yield
+    finally:
+        Driver.stop_all()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     session = build_session("spark-outbox-tests")

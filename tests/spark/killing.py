@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import ClassVar
 
 from tests import ROOT
 
@@ -30,7 +32,13 @@ def billing_command(*args: str) -> list[str]:
 
 
 class Driver:
-    """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited."""
+    """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited.
+
+    Every driver started is remembered, and ``stop_all`` (after each test, from
+    tests/spark/conftest.py) kills what a failed test left running, its JVM with it:
+    each driver is the leader of its own process group."""
+
+    started: ClassVar[list[Driver]] = []
 
     def __init__(self, command: list[str], db_url: str, env: dict[str, str] | None = None) -> None:
         full_env = {
@@ -46,7 +54,9 @@ class Driver:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
+        Driver.started.append(self)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
@@ -86,3 +96,13 @@ class Driver:
         if self.proc.returncode != 0:
             raise AssertionError(f"driver failed ({self.proc.returncode}): {self.stderr[-30:]}")
         return out
+
+    @classmethod
+    def stop_all(cls) -> None:
+        """SIGKILL every driver still running, with its process group (its JVM)."""
+        for driver in cls.started:
+            if driver.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(driver.proc.pid, signal.SIGKILL)
+                driver.proc.wait(timeout=30)
+        cls.started.clear()
