@@ -37,7 +37,13 @@ from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.spark import guard, notices, phases, result_rejects
-from spark_outbox.spark.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
+from spark_outbox.spark.outcome import (
+    BatchCounts,
+    BatchInterrupted,
+    BatchNotCommitted,
+    BatchOutcome,
+    InvalidRows,
+)
 from spark_outbox.spark.protocol import TaskReport
 from spark_outbox.spark.result_rejects import Merged
 from spark_outbox.spark.results import ResultsSpec
@@ -85,7 +91,7 @@ def commit(engine: Engine, request: CommitRequest, written: Written) -> BatchOut
             if outcome is not None:
                 return outcome
             if round_ == 2:
-                raise BatchNotCommitted(
+                raise BatchInterrupted(
                     f"batch {request.batch_id!r}: connection lost twice before COMMIT; "
                     "nothing was committed, re-run the batch"
                 ) from exc
@@ -156,8 +162,8 @@ def check_staged(conn: Connection, request: CommitRequest, written: Written) -> 
         written.total("rejects"),
         written.total("deferred"),
     )
-    if tuple(found) != expected:
-        raise BatchNotCommitted(
+    if tuple(found) != expected:  # e.g. a crash emptied the UNLOGGED staging
+        raise BatchInterrupted(
             f"batch {request.batch_id!r}: found {tuple(found)} staged result/reject/deferred "
             f"rows, the tasks reported {expected}; nothing was committed, re-run the batch"
         )

@@ -14,6 +14,10 @@ FROM batches WHERE job = :job AND batch_id = :batch_id;
 SELECT name, CASE WHEN archived_at IS NULL THEN kind ELSE 'archived' END AS kind
 FROM endpoints;
 
+-- name: database_answers
+-- After an outage: the sink writes the batch again once a connection answers this.
+SELECT 1;
+
 -- name: begin_run
 -- Registers the run before it writes anything, so its rows can be swept if it dies.
 INSERT INTO batch_runs (run_id, job, batch_id) VALUES (:run_id, :job, :batch_id);

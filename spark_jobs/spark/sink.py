@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from spark_outbox.core import db
-from spark_outbox.core.errors import ConfigurationError, OutboxError
+from spark_outbox.core.errors import ConfigurationError, DatabaseUnavailable, OutboxError
 from spark_outbox.spark import commit, phases, preview, runs
 from spark_outbox.spark.contract import effect_frame, result_frame
 from spark_outbox.spark.executor import CHUNK_ROWS, effects_writer, results_writer
 from spark_outbox.spark.guard import VolumeGuard
-from spark_outbox.spark.outcome import BatchOutcome, Marker
+from spark_outbox.spark.outcome import BatchCounts, BatchInterrupted, BatchOutcome, Marker
 from spark_outbox.spark.preview import BatchPreview
 from spark_outbox.spark.protocol import REPORT_SCHEMA, RunTag, TaskReport
 from spark_outbox.spark.results import ResultsSpec
@@ -38,6 +38,8 @@ from spark_outbox.spark.streams import stream_batch_id
 log = logging.getLogger(__name__)
 # Executor connections a batch may hold at once (OutboxSink.max_connections).
 DEFAULT_MAX_CONNECTIONS = 16
+# Tries at a batch when the database goes away mid-write: the first, and two more.
+WRITE_ATTEMPTS = 3
 # (micro-batch, its batch id) -> (results or None, effects); DataFrames are untyped here.
 Derive = Callable[[Any, str], tuple[Any, Any]]
 
@@ -57,6 +59,9 @@ class OutboxSink:
     # frame with more partitions is coalesced to this many (as Spark's JDBC writer
     # does with numPartitions), so 200 partitions never open 200 connections.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # A database outage (a restart, a crash) shorter than this is waited out mid-write,
+    # and the batch written again; a longer one fails the write (nothing committed).
+    outage_s: float = 120.0
     # Holds an outsized batch for an operator (guard.py); VolumeGuard.off() disables.
     volume_guard: VolumeGuard = dataclasses.field(default_factory=VolumeGuard)
 
@@ -101,14 +106,43 @@ class OutboxSink:
         return None if original is None else self._log(self._replayed(batch_id, original))
 
     def write(self, results_df: Any, effects_df: Any, *, batch_id: str) -> BatchOutcome:
-        """Commit one batch; a replayed batch id writes nothing and says so."""
+        """Commit one batch; a replayed batch id writes nothing and says so.
+
+        A database outage mid-write (a restart, a crash) is ridden out: the sink waits
+        up to ``outage_s`` for the database and writes the batch again, as a new run
+        (the marker says first whether an earlier run of this call committed it).
+        """
+        ours: list[str] = []  # the runs this call began
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                return self._write_once(results_df, effects_df, batch_id, ours)
+            except (DatabaseUnavailable, BatchInterrupted) as exc:
+                if attempt == WRITE_ATTEMPTS:
+                    raise
+                log.warning(
+                    "batch write interrupted by the database; writing it again",
+                    extra={
+                        "event": "batch.interrupted",
+                        "batch_id": batch_id,
+                        "error": str(exc)[:200],
+                    },
+                )
+                runs.wait_for_database(self.database_url, self.outage_s)
+        raise AssertionError("unreachable")
+
+    def _write_once(
+        self, results_df: Any, effects_df: Any, batch_id: str, ours: list[str]
+    ) -> BatchOutcome:
         engine = runs.engine_for(self.database_url)
         try:
             original = runs.read_marker(engine, self.job, batch_id)
+            if original is not None and original.run_id in ours:  # committed; the ack was lost
+                return self._log(self._committed_earlier(batch_id, original))
             if original is not None:
                 return self._log(self._replayed(batch_id, original))
             endpoints = runs.endpoint_kinds(engine)
             run_id = runs.begin_run(engine, self.job, batch_id)
+            ours.append(run_id)
             run = RunTag(db.libpq_url(self.database_url), self.job, batch_id, run_id, endpoints)
             try:
                 phases.reached("writing")
@@ -173,6 +207,18 @@ class OutboxSink:
     def _replayed(self, batch_id: str, original: Marker) -> BatchOutcome:
         return BatchOutcome(
             job=self.job, batch_id=batch_id, status="replayed", run_id=None, original=original
+        )
+
+    def _committed_earlier(self, batch_id: str, marker: Marker) -> BatchOutcome:
+        counts = {f.name: getattr(marker, f.name) for f in dataclasses.fields(BatchCounts)}
+        return BatchOutcome(
+            job=self.job,
+            batch_id=batch_id,
+            status="committed",
+            run_id=marker.run_id,
+            resolved_by_marker=True,
+            held_reason=marker.hold_reason,
+            **counts,
         )
 
     def _log(self, outcome: BatchOutcome) -> BatchOutcome:
