@@ -85,6 +85,12 @@ class Driver:
                 return True
         raise TimeoutError(f"driver never reached {phase}; stderr tail: {self.stderr[-20:]}")
 
+    def forget_phases(self) -> None:
+        """Drop the phase lines printed so far: the next ``wait_for`` sees only newer ones."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.lines.get_nowait()
+
     def kill(self) -> None:
         """A real SIGKILL of the driver process (its JVM exits when its stdin closes)."""
         if self.proc.poll() is None:
