@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS = 16
 # Tries at a batch when the database goes away mid-write: the first, and two more.
 WRITE_ATTEMPTS = 3
+# What Spark says when a task needs a localCheckpoint block no live executor holds.
+LOST_CHECKPOINT = "Checkpoint block"
 # (micro-batch, its batch id) -> (results or None, effects); DataFrames are untyped here.
 Derive = Callable[[Any, str], tuple[Any, Any]]
 
@@ -87,11 +89,23 @@ class OutboxSink:
         def run(batch_df: Any, spark_batch_id: int) -> None:
             batch_id = stream_batch_id(batch_df, spark_batch_id, checkpoint)
             if self.replayed(batch_id) is not None:
+                # Written nowhere, but computed: a stateful query's state stores commit
+                # only once every partition ran (Spark refuses the batch otherwise).
+                batch_df.write.format("noop").mode("append").save()
                 return
-            # Materialised once, lineage cut: results and effects come from one computation.
-            frozen = batch_df.localCheckpoint(eager=True)
-            results_df, effects_df = derive(frozen, batch_id)
-            self.write(results_df, effects_df, batch_id=batch_id)
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                frozen = _materialised(batch_df)
+                try:
+                    results_df, effects_df = derive(frozen, batch_id)
+                    self.write(results_df, effects_df, batch_id=batch_id)
+                    return
+                except Exception as exc:
+                    if attempt == WRITE_ATTEMPTS or LOST_CHECKPOINT not in str(exc):
+                        raise
+                    log.warning(
+                        "micro-batch copy lost with an executor; materialising it again",
+                        extra={"event": "batch.rematerialised", "batch_id": batch_id},
+                    )
 
         return run
 
@@ -225,6 +239,22 @@ class OutboxSink:
         fields = dataclasses.asdict(outcome)
         log.info("batch %s", outcome.status, extra={"event": f"batch.{outcome.status}", **fields})
         return outcome
+
+
+def _materialised(batch_df: Any) -> Any:
+    """The micro-batch computed once, lineage cut: results and effects come from one
+    computation (``persist`` is no way: Spark fails to cache a stateful micro-batch's
+    plan). On a cluster each block is kept on two executors, so one executor lost
+    mid-batch does not take the batch's only copy with it; if every copy is lost,
+    ``foreach_batch`` computes it again from the micro-batch (the same offsets)."""
+    from pyspark import StorageLevel
+
+    try:
+        local = str(batch_df.sparkSession.sparkContext.master).startswith("local")
+    except Exception:  # no sparkContext (Spark Connect): the server decides
+        local = False
+    level = StorageLevel.MEMORY_AND_DISK if local else StorageLevel.MEMORY_AND_DISK_2
+    return batch_df.localCheckpoint(eager=True, storageLevel=level)
 
 
 def _abandon_quietly(engine: Any, run_id: str) -> None:
