@@ -22,7 +22,9 @@ ratios to the JDBC append of the same configuration:
   (bench/jvm/CopyWriter.java, compiled at start with the JDK's ``javac``
   against the installed PySpark; the path is left out without one); no Python,
   no checks, no dedup, no marker;
-- executor COPY: the ceiling of any Spark writer that hands rows to Python:
+- executor COPY: the ceiling of any Spark writer that hands rows to Python (the
+  gap from the sink to it, in wall time and CPU per row, is printed under each
+  configuration: the price of the guarantee):
   every partition binary-COPYs its Arrow batches (spark_outbox.spark.pgbinary, no
   per-row Python) straight into ``effects`` and commits on its own; no checks,
   no canonical JSON, no dedup, no marker. A sink doing the same write plus
@@ -209,7 +211,28 @@ def _configuration(url: str, master: str, partitions: int, args: argparse.Namesp
             f"{rate / base:>9.2f}{client_us:>10.1f}{pg_us:>7.1f}"
             f"{base_cpu / (client_us + pg_us):>8.2f}  {results[-1].note}"
         )
+    ceiling = "executor COPY (Python)"
+    if "sink (atomic)" in runs and ceiling in runs:
+        lines.append(_price(label, partitions, median, us, ceiling))
     return lines
+
+
+def _price(
+    label: str,
+    partitions: int,
+    median: dict[str, float],
+    us: dict[str, tuple[float, float]],
+    ceiling: str,
+) -> str:
+    """The gap between the sink and the executor COPY ceiling (the same write without
+    checks, canonical JSON, dedup or marker): the price of the guarantee."""
+    (sink_spark, sink_pg), (top_spark, top_pg) = us["sink (atomic)"], us[ceiling]
+    return (
+        f"{label:<10}{partitions:>6}  price of the guarantee (sink vs {ceiling}): "
+        f"{median['sink (atomic)'] / median[ceiling]:.2f}x the wall time, "
+        f"{sink_spark + sink_pg - top_spark - top_pg:+.1f} us CPU per row "
+        f"(spark {sink_spark - top_spark:+.1f}, postgres {sink_pg - top_pg:+.1f})"
+    )
 
 
 def _pin(postgres_cores: int) -> str:

@@ -54,3 +54,21 @@ def test_keys_only_results_insert_new_keys_and_keep_the_rows_already_there(
     more = _stage(engine, [{"tally_id": "a", "total": 2}])
     assert _apply(engine, adding, ("tally_id", "total"), more) == 1
     assert _tallies(engine) == [("a", 7, "kept"), ("b", None, None)]
+
+
+def test_a_results_frame_lacking_a_not_null_column_without_default_is_refused_naming_it(
+    engine: Engine,
+) -> None:
+    import pytest
+
+    from spark_outbox.core.errors import ConfigurationError
+
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE scored (id text PRIMARY KEY, score int NOT NULL, "
+            "at timestamptz NOT NULL DEFAULT now())"
+        )
+        spec = ResultsSpec("scored", ("id",))
+        with pytest.raises(ConfigurationError, match=r"lacks column\(s\) \['score'\]"):
+            apply_statement(conn, spec, ("id",))
+        apply_statement(conn, spec, ("id", "score"))  # 'at' has a default: not required

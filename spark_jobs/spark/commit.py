@@ -9,7 +9,8 @@ transaction, step by step (each a function below, each statement in commit.sql):
 2. insert the marker: the fence; a conflict means another run won: roll back;
 3. check that every staged row the succeeded tasks reported is there;
 4. refuse the batch if on_invalid="fail" and it has rejects;
-5. merge the result rows into the user's table; move the rejects;
+5. merge the result rows into the user's table, the rows it refuses becoming
+   rejects (spark_outbox.spark.result_rejects); move the effects' rejects;
 6. take the visibility lock, then take over the deferred keys still held by a
    run without a marker; count new (per endpoint), deduplicated and mismatched effects;
 7. the volume guard (spark_outbox.spark.guard): an outsized batch is held, its effects
@@ -37,10 +38,17 @@ from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.core.tracing import Carrier
-from spark_outbox.spark import guard, notices, phases
-from spark_outbox.spark.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
+from spark_outbox.spark import guard, notices, phases, result_rejects
+from spark_outbox.spark.outcome import (
+    BatchCounts,
+    BatchInterrupted,
+    BatchNotCommitted,
+    BatchOutcome,
+    InvalidRows,
+)
 from spark_outbox.spark.protocol import TaskReport
-from spark_outbox.spark.results import ResultsSpec, apply_statement
+from spark_outbox.spark.result_rejects import Merged
+from spark_outbox.spark.results import ResultsSpec
 from spark_outbox.spark.runs import read_marker
 
 log = logging.getLogger(__name__)
@@ -87,7 +95,7 @@ def commit(engine: Engine, request: CommitRequest, written: Written) -> BatchOut
             if outcome is not None:
                 return outcome
             if round_ == 2:
-                raise BatchNotCommitted(
+                raise BatchInterrupted(
                     f"batch {request.batch_id!r}: connection lost twice before COMMIT; "
                     "nothing was committed, re-run the batch"
                 ) from exc
@@ -108,10 +116,10 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
             )
         check_staged(conn, request, written)
         refuse_invalid(conn, request, written)
-        result_rows = merge_results(conn, request, written)
-        rejects = move_rejects(conn, request, written)
+        merged = merge_results(conn, request, written)
+        rejects = move_rejects(conn, request, written) + merged.rejects
         conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
-        counts, by_endpoint, keys = resolve_effects(conn, request, written, result_rows, rejects)
+        counts, by_endpoint, keys = resolve_effects(conn, request, written, merged.rows, rejects)
         held = hold_reason(conn, request, by_endpoint)
         finish(conn, request, counts, by_endpoint, held, time.monotonic() - started)
     notices.batch_committed(request.job, request.batch_id, held, counts.payload_mismatches, keys)
@@ -160,8 +168,8 @@ def check_staged(conn: Connection, request: CommitRequest, written: Written) -> 
         written.total("rejects"),
         written.total("deferred"),
     )
-    if tuple(found) != expected:
-        raise BatchNotCommitted(
+    if tuple(found) != expected:  # e.g. a crash emptied the UNLOGGED staging
+        raise BatchInterrupted(
             f"batch {request.batch_id!r}: found {tuple(found)} staged result/reject/deferred "
             f"rows, the tasks reported {expected}; nothing was committed, re-run the batch"
         )
@@ -178,12 +186,12 @@ def refuse_invalid(conn: Connection, request: CommitRequest, written: Written) -
     )
 
 
-def merge_results(conn: Connection, request: CommitRequest, written: Written) -> int:
+def merge_results(conn: Connection, request: CommitRequest, written: Written) -> Merged:
+    """Result rows into the user's table; rows it refuses become rejects
+    (spark_outbox.spark.result_rejects), or end the batch with on_invalid="fail"."""
     if request.results is None or not written.total("rows", "results"):
-        return 0
-    statement = apply_statement(conn, request.results, request.result_columns)
-    params = {"run_id": request.run_id, "task_ids": written.ids("results")}
-    return int(conn.execute(statement, params).rowcount)
+        return Merged()
+    return result_rejects.merge(conn, request, written.ids("results"))
 
 
 def move_rejects(conn: Connection, request: CommitRequest, written: Written) -> int:

@@ -14,6 +14,10 @@ FROM batches WHERE job = :job AND batch_id = :batch_id;
 SELECT name, CASE WHEN archived_at IS NULL THEN kind ELSE 'archived' END AS kind
 FROM endpoints;
 
+-- name: database_answers
+-- After an outage: the sink writes the batch again once a connection answers this.
+SELECT 1;
+
 -- name: begin_run
 -- Registers the run before it writes anything, so its rows can be swept if it dies.
 INSERT INTO batch_runs (run_id, job, batch_id) VALUES (:run_id, :job, :batch_id);
@@ -110,18 +114,23 @@ WHERE job = :job AND batch_id = :batch_id AND run_id = :run_id
 GROUP BY endpoint;
 
 -- name: results_columns
--- The results table's columns: result rows are applied by name, so names are checked.
-SELECT attname FROM pg_attribute
+-- The results table's columns: result rows are applied by name, so names are checked;
+-- NOT NULL ones are where a null row is refused, those without a default must be given.
+SELECT attname, attnotnull,
+       attnotnull AND NOT atthasdef AND attidentity = '' AND attgenerated = '' AS required
+FROM pg_attribute
 WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped;
 
 -- name: apply_results_template
 -- Template (identifiers quoted by the driver after checking them against the
 -- catalog): works for any results table, rows applied with jsonb_populate_record.
+-- {rows} picks the staged rows: the succeeded tasks', or one slice of a task's
+-- (spark_outbox.spark.result_rejects, when a row was refused).
 -- Results go into the user's table, so they are merged here, in the commit.
 INSERT INTO {table} ({columns})
 SELECT {record_columns}
 FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
-WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
+WHERE s.run_id = :run_id AND {rows}
 ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 
 -- name: insert_results_template
@@ -130,7 +139,7 @@ ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
 INSERT INTO {table} ({columns})
 SELECT {record_columns}
 FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
-WHERE s.run_id = :run_id AND s.task_id = ANY(:task_ids)
+WHERE s.run_id = :run_id AND {rows}
 ON CONFLICT ({conflict_keys}) DO NOTHING;
 
 -- name: hold_effects

@@ -11,6 +11,11 @@ class BatchNotCommitted(OutboxError):
     """The batch was not committed; nothing of it is visible. Re-running it is safe."""
 
 
+class BatchInterrupted(BatchNotCommitted):
+    """The database went away mid-write (a restart; a crash, which empties the UNLOGGED
+    staging): nothing committed. The sink waits for it and writes the batch again."""
+
+
 class InvalidRows(BatchNotCommitted):
     """on_invalid="fail" and some rows broke the contract."""
 

@@ -42,20 +42,55 @@ class ResultsSpec:
             raise ConfigurationError("apply='add': name the add_columns to sum, e.g. ('amount',)")
 
 
-def apply_statement(conn: Connection, spec: ResultsSpec, columns: tuple[str, ...]) -> sa.TextClause:
-    """The INSERT ... ON CONFLICT statement for ``columns`` of the results DataFrame."""
-    known = {r[0] for r in conn.execute(_Q["results_columns"], {"table": spec.table})}
-    if not known:
+# The staged rows a merge reads: those of the tasks that succeeded, or one slice of
+# one task's rows in physical order (spark_outbox.spark.result_rejects bisects with it).
+SUCCEEDED_TASKS = "s.task_id = ANY(:task_ids)"
+ONE_SLICE = "s.task_id = :task_id AND s.ctid BETWEEN CAST(:first AS tid) AND CAST(:last AS tid)"
+
+
+@dataclasses.dataclass(frozen=True)
+class TableShape:
+    """What the catalog says of the results table: its columns, which are NOT NULL,
+    and which of those have no default (a results DataFrame must carry them)."""
+
+    columns: frozenset[str]
+    not_null: frozenset[str]
+    required: frozenset[str]
+
+
+def table_shape(conn: Connection, spec: ResultsSpec) -> TableShape:
+    found = list(conn.execute(_Q["results_columns"], {"table": spec.table}))
+    if not found:
         raise ConfigurationError(f"results table {spec.table!r} does not exist")
+    return TableShape(
+        columns=frozenset(r[0] for r in found),
+        not_null=frozenset(r[0] for r in found if r[1]),
+        required=frozenset(r[0] for r in found if r[2]),
+    )
+
+
+def apply_statement(
+    conn: Connection, spec: ResultsSpec, columns: tuple[str, ...], rows: str = SUCCEEDED_TASKS
+) -> sa.TextClause:
+    """The INSERT ... ON CONFLICT statement for ``columns`` of the results DataFrame,
+    reading the staged ``rows`` (SUCCEEDED_TASKS or ONE_SLICE)."""
+    shape = table_shape(conn, spec)
     for name in (*columns, *spec.conflict_keys, *spec.add_columns):
-        if name not in known:
+        if name not in shape.columns:
             raise ConfigurationError(
-                f"column {name!r} is not in results table {spec.table!r} (has {sorted(known)})"
+                f"column {name!r} is not in results table {spec.table!r} "
+                f"(has {sorted(shape.columns)})"
             )
     missing_keys = set(spec.conflict_keys) - set(columns)
     if missing_keys:
         raise ConfigurationError(
             f"the results DataFrame lacks conflict keys {sorted(missing_keys)}"
+        )
+    missing = shape.required - set(columns)
+    if missing:
+        raise ConfigurationError(
+            f"the results DataFrame lacks column(s) {sorted(missing)} of {spec.table!r}, "
+            "NOT NULL without a default: every row would be refused; add them"
         )
     quote = conn.dialect.identifier_preparer.quote
     table = ".".join(quote(part) for part in spec.table.split("."))
@@ -74,5 +109,6 @@ def apply_statement(conn: Connection, spec: ResultsSpec, columns: tuple[str, ...
         record_columns=", ".join(f"r.{quote(c)}" for c in columns),
         conflict_keys=", ".join(quote(c) for c in spec.conflict_keys),
         assignments=", ".join(assignments),
+        rows=rows,
     )
     return sa.text(sql)

@@ -13,6 +13,7 @@ halfway is finished by the next one.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import sqlalchemy as sa
@@ -20,6 +21,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
 from spark_outbox.core import db
+from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.spark.outcome import Marker
 
@@ -59,6 +61,26 @@ def begin_run(engine: Engine, job: str, batch_id: str) -> str:
     with db.translated(), engine.begin() as conn:
         conn.execute(_Q["begin_run"], {"run_id": run_id, "job": job, "batch_id": batch_id})
     return run_id
+
+
+def wait_for_database(url: str, outage_s: float) -> None:
+    """Back once a connection answers again; ``DatabaseUnavailable`` after ``outage_s``."""
+    deadline = time.monotonic() + outage_s
+    pause_s = 0.1
+    engine = engine_for(url)
+    try:
+        while True:
+            try:
+                with db.translated(), engine.connect() as conn:
+                    conn.execute(_Q["database_answers"])
+                return
+            except DatabaseUnavailable:
+                if time.monotonic() + pause_s > deadline:
+                    raise
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 2.0)
+    finally:
+        engine.dispose()
 
 
 def abandon(engine: Engine, run_id: str) -> None:

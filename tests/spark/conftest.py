@@ -16,6 +16,17 @@ from tests.dispatcher.conftest import fast, receiver  # noqa: F401  (the same fi
 from tests.otlp import otlp  # noqa: F401  (tracing to a receiver on loopback)
 
 
+@pytest.fixture(autouse=True)
+def no_driver_left() -> Iterator[None]:
+    """Whatever a test does, no driver process it started outlives it."""
+    from tests.spark.killing import Driver
+
+    try:
+        yield
+    finally:
+        Driver.stop_all()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     session = build_session("spark-outbox-tests")

@@ -85,6 +85,28 @@ INVOICES_SNAPSHOT = (
     "customer_email FROM invoices ORDER BY invoice_id"
 )
 
+LEFTOVERS = (
+    "SELECT (SELECT count(*) FROM staged_rejects) + (SELECT count(*) FROM staged_results) "
+    "+ (SELECT count(*) FROM deferred_effects) + (SELECT count(*) FROM batch_runs)"
+)
+REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
+
+
+def run_state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
+    """What a run leaves, to compare with one clean run: results, effects (keys, payload
+    hashes, states), rejects, and staging left over (none)."""
+    effects = table(engine, EFFECTS_SNAPSHOT)
+    rejects = table(engine, REJECTS_SNAPSHOT)
+    if stream:  # batch ids carry the checkpoint's query id: compare the rest
+        effects = [(*r[:2], *r[3:]) for r in effects]
+        rejects = sorted((r[0], *r[2:]) for r in rejects)
+    return (
+        table(engine, INVOICES_SNAPSHOT),
+        effects,
+        rejects,
+        table(engine, LEFTOVERS)[0][0],
+    )
+
 
 def numbers_query(
     spark: Any,

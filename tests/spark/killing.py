@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import ClassVar
 
 from tests import ROOT
 
@@ -36,7 +37,13 @@ def billing_command(*args: str) -> list[str]:
 
 
 class Driver:
-    """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited."""
+    """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited.
+
+    Every driver started is remembered, and ``stop_all`` (after each test, from
+    tests/spark/conftest.py) kills what a failed test left running, its JVM with it:
+    each driver is the leader of its own process group."""
+
+    started: ClassVar[list[Driver]] = []
 
     def __init__(self, command: list[str], db_url: str, env: dict[str, str] | None = None) -> None:
         full_env = {
@@ -54,6 +61,7 @@ class Driver:
             text=True,
             start_new_session=True,  # kill_all() reaches its JVM and Python workers too
         )
+        Driver.started.append(self)
         self.lines: queue.Queue[str] = queue.Queue()
         self.reached = ""  # the phase line wait_for last matched
         self.stderr: list[str] = []
@@ -84,6 +92,12 @@ class Driver:
                 return True
         raise TimeoutError(f"driver never reached {phase}; stderr tail: {self.stderr[-20:]}")
 
+    def forget_phases(self) -> None:
+        """Drop the phase lines printed so far: the next ``wait_for`` sees only newer ones."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.lines.get_nowait()
+
     def kill(self) -> None:
         """A real SIGKILL of the driver process (its JVM exits when its stdin closes)."""
         if self.proc.poll() is None:
@@ -107,3 +121,13 @@ class Driver:
         if self.proc.returncode != 0:
             raise AssertionError(f"driver failed ({self.proc.returncode}): {self.stderr[-30:]}")
         return out
+
+    @classmethod
+    def stop_all(cls) -> None:
+        """SIGKILL every driver still running, with its process group (its JVM)."""
+        for driver in cls.started:
+            if driver.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(driver.proc.pid, signal.SIGKILL)
+                driver.proc.wait(timeout=30)
+        cls.started.clear()

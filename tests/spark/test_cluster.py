@@ -2,7 +2,8 @@
 loopback, started from the installed PySpark), with one executor JVM killed
 in the middle of a batch's effects write: Spark re-runs the lost tasks and the
 database ends identical to one clean run (results, effect keys and payload
-hashes, markers, rejects).
+hashes, markers, rejects). The streaming job too, with its driver also killed
+between two micro-batches and restarted from its checkpoint.
 
 The executors' Python is a venv without this package (``executor_python``), as
 on a cluster whose workers never installed it: they run the zip the driver
@@ -27,7 +28,7 @@ from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 from spark_outbox.spark import shipping
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
-from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
+from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, run_state, table
 from tests.spark.killing import Driver, billing_command
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -112,3 +113,50 @@ def _wait_for_invisible_rows(engine: Engine, driver: Driver, timeout_s: float = 
         assert driver.proc.poll() is None, f"driver exited: {driver.stderr[-20:]}"
         time.sleep(0.2)
     raise TimeoutError("no executor wrote effects")
+
+
+@pytest.mark.timeout(1200)
+def test_stream_on_a_cluster_with_an_executor_killed_mid_batch_and_the_driver_between_batches(
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    tmp_path: Path,
+    executor_python: Path,
+) -> None:
+    events = tmp_path / "events"
+    generate(events, customers=6, events=120, seed=23, bad_rows=2, days=2)
+    clean_url, clean = second_db
+    for e in (engine, clean):
+        insert_billing_endpoints(e)
+    for query in billing_run.start_stream(
+        spark, events, tmp_path / "clean-cp", clean_url, available_now=True
+    ):
+        query.awaitTermination()
+    expected = run_state(clean, stream=True)
+
+    # Executors pause 3 s after their first chunk of effects (the kill lands mid-write);
+    # the driver pauses 30 s after each commit (its kill lands between micro-batches).
+    pause: dict[str, str | None] = {"OUTBOX_SPARK_PHASES": "effects_written:3", "PYTHONPATH": None}
+    with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
+        args = ["--mode", "stream", "--input", str(events), "--master", cluster.master_url]
+        command = billing_command(*args, "--checkpoint", str(tmp_path / "cp"), "--available-now")
+        executors = {"PYSPARK_PYTHON": str(executor_python)}
+        driver = Driver(
+            command, db_url, env={**executors, "OUTBOX_SPARK_PHASES": "after_commit:30"}
+        )
+        assert driver.wait_for("writing", timeout_s=300)
+        _wait_for_invisible_rows(engine, driver)
+        victims = cluster.executor_pids()
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
+        driver.forget_phases()
+        committed = driver.wait_for("after_commit", timeout_s=600)  # the killed batch did
+        assert committed, f"driver exited: {driver.stderr[-30:]}"
+        driver.kill()  # paused after that commit: between two micro-batches
+        committed_before_restart = int(table(engine, "SELECT count(*) FROM batches")[0][0])
+        Driver(command, db_url, env=executors).finish(timeout_s=900)
+        replacement = cluster.executor_pids()
+    assert committed_before_restart >= 1 and victims[0] not in replacement
+    assert run_state(engine, stream=True) == expected
+    assert_invariants(engine)

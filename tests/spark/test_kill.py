@@ -26,7 +26,8 @@ from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
-from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, table
+from tests.spark.helpers import run_state as _state
+from tests.spark.helpers import table
 from tests.spark.killing import Driver, billing_command
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -36,25 +37,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "3"))
 NAMED = ("effects_written", "written", "before_commit", "after_commit")
 DATES = tuple(f"2026-01-{d:02d}" for d in range(1, len(NAMED) + RANDOM_KILLS + 2))
-LEFTOVERS = (
-    "SELECT (SELECT count(*) FROM staged_rejects) + (SELECT count(*) FROM staged_results) "
-    "+ (SELECT count(*) FROM deferred_effects) + (SELECT count(*) FROM batch_runs)"
-)
-REJECTS_SNAPSHOT = "SELECT job, batch_id, reason, raw_row::text FROM rejects ORDER BY 1, 2, 3, 4"
-
-
-def _state(engine: Engine, *, stream: bool = False) -> tuple[Any, ...]:
-    effects = table(engine, EFFECTS_SNAPSHOT)
-    rejects = table(engine, REJECTS_SNAPSHOT)
-    if stream:  # batch ids carry the checkpoint's query id: compare the rest
-        effects = [(*r[:2], *r[3:]) for r in effects]
-        rejects = sorted((r[0], *r[2:]) for r in rejects)
-    return (
-        table(engine, INVOICES_SNAPSHOT),
-        effects,
-        rejects,
-        table(engine, LEFTOVERS)[0][0],
-    )
 
 
 @pytest.fixture(scope="module")

@@ -102,3 +102,49 @@ def test_checkpoint_argument_names_the_same_batch_ids_as_the_query_id(
     assert query.awaitTermination(180) and query.exception() is None
     ids = [r[0] for r in table(engine, "SELECT batch_id FROM batches ORDER BY 1")]
     assert ids == [f"{query.id}/0", f"{query.id}/1"]
+
+
+def test_a_replayed_micro_batch_of_a_stateful_query_is_computed_and_the_query_goes_on(
+    spark: Any, db_url: str, engine: Engine, source: Path, tmp_path: Path
+) -> None:
+    """The driver died after the sink committed a micro-batch, before Spark logged it:
+    Spark replays it, the sink writes nothing, and the query's state stores must still
+    commit (Spark refuses a micro-batch whose stateful partitions did not all run)."""
+    from pyspark.sql import functions as F
+
+    from spark_outbox.spark.keys import effect_key_column
+
+    checkpoint = tmp_path / "cp"
+
+    def derive(batch: Any, batch_id: str) -> tuple[Any, Any]:
+        return None, batch.select(
+            effect_key_column("t.count", batch.schema, "n").alias("idempotency_key"),
+            F.lit("hook").alias("endpoint"),
+            F.to_json(F.struct("n", "count")).alias("payload"),
+        )
+
+    def run_counts() -> None:
+        query = (
+            spark.readStream.schema("n long, v long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+            .groupBy("n")
+            .count()
+            .writeStream.outputMode("update")
+            .foreachBatch(sink(db_url, results=None).foreach_batch(derive))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(180)  # raises if a micro-batch failed
+        assert query.exception() is None
+
+    run_counts()
+    before = table(engine, MARKERS)
+    commits = checkpoint / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    for logged in (commits / str(last), commits / f".{last}.crc"):
+        logged.unlink(missing_ok=True)
+    run_counts()
+    assert len(before) == 2 and table(engine, MARKERS) == before
+    assert (commits / str(last)).exists()  # Spark logged the replayed batch this time
