@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+# A page of 100 rows on a machine shared with other test suites: patience, not a flake.
+PATIENT_MS = 30_000
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -192,36 +194,49 @@ def test_support_walks_from_a_tile_to_a_list_to_an_effect_and_an_operator_resend
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_context(base_url=served.url).new_page()
+            page.set_default_timeout(PATIENT_MS)
             console: list[str] = []
             page.on("console", lambda message: console.append(message.text))
             _sign_in(page, api_tokens.support)
             page.click("#tiles a.state-dead")
-            expect(page.locator("h1")).to_have_text("Dead effects")
-            expect(page.locator("#showing")).to_have_text("Showing 1–100 of 105")
-            expect(page.locator("#by-endpoint tbody tr")).to_have_count(1)
-            expect(page.locator("#reasons tbody tr").first).to_contain_text("105")
+            expect(page.locator("h1")).to_have_text("Dead effects", timeout=PATIENT_MS)
+            expect(page.locator("#showing")).to_have_text(
+                "Showing 1–100 of 105", timeout=PATIENT_MS
+            )
+            expect(page.locator("#by-endpoint tbody tr")).to_have_count(1, timeout=PATIENT_MS)
+            expect(page.locator("#reasons tbody tr").first).to_contain_text(
+                "105", timeout=PATIENT_MS
+            )
             page.click("#next-page")
-            expect(page.locator("#showing")).to_have_text("Showing 101–105 of 105")
-            expect(page.locator("#list-effects tbody tr")).to_have_count(5)
+            expect(page.locator("#showing")).to_have_text(
+                "Showing 101–105 of 105", timeout=PATIENT_MS
+            )
+            expect(page.locator("#list-effects tbody tr")).to_have_count(5, timeout=PATIENT_MS)
 
             page.fill("input[name=q]", dead[0][:12] + "…")
             page.press("input[name=q]", "Enter")
-            expect(page.locator("#effect-state")).to_have_text("dead")
-            expect(page.locator("#resend-form")).to_have_count(0)  # support: no button
+            expect(page.locator("#effect-state")).to_have_text("dead", timeout=PATIENT_MS)
+            expect(page.locator("#resend-form")).to_have_count(
+                0, timeout=PATIENT_MS
+            )  # support: no button
 
             page.fill("input[name=q]", "billing/2026-11-29")
             page.press("input[name=q]", "Enter")
-            expect(page.locator("#reject-reasons tbody tr")).to_have_count(1)
-            expect(page.locator("#reject-reasons tbody tr").first).to_contain_text("3")
-            expect(page.locator("#batch-rejects tbody tr")).to_have_count(3)
+            expect(page.locator("#reject-reasons tbody tr")).to_have_count(1, timeout=PATIENT_MS)
+            expect(page.locator("#reject-reasons tbody tr").first).to_contain_text(
+                "3", timeout=PATIENT_MS
+            )
+            expect(page.locator("#batch-rejects tbody tr")).to_have_count(3, timeout=PATIENT_MS)
             page.click("form.logout button >> nth=0")
 
             _sign_in(page, api_tokens.operator)
             page.goto(f"/ui/effects/{delivered.key}")
             page.fill("#resend-form input[name=reason]", "customer restored a backup")
             page.click("#resend-form button")
-            expect(page.locator("#effect-state")).to_have_text("pending")
-            expect(page.locator("#effect-resend")).to_contain_text("customer restored a backup")
+            expect(page.locator("#effect-state")).to_have_text("pending", timeout=PATIENT_MS)
+            expect(page.locator("#effect-resend")).to_contain_text(
+                "customer restored a backup", timeout=PATIENT_MS
+            )
             assert not [m for m in console if "Content Security Policy" in m], console
             if shots := os.environ.get("OUTBOX_SCREENSHOTS"):
                 page.goto("/ui/effects?state=dead")
@@ -234,7 +249,7 @@ def _sign_in(page: Page, token: str) -> None:
     page.goto("/ui")
     page.fill("#token", token)
     page.click("form.login button")
-    page.wait_for_selector("#tiles")
+    page.wait_for_selector("#tiles", timeout=PATIENT_MS)
 
 
 def test_a_resting_endpoint_on_the_overview_and_its_rest_in_the_audit_trail(
