@@ -9,7 +9,7 @@ from typing import Any
 
 from spark_outbox.cli.database import database_url
 from spark_outbox.cli.tools.pgcluster import PrivateCluster
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
 from spark_outbox.core.settings import Settings
 
 
@@ -124,7 +124,7 @@ def downgrade(args: argparse.Namespace, settings: Settings) -> int:
 def current(args: argparse.Namespace, settings: Settings) -> int:
     engine = db.create_engine(database_url(settings), pool_size=1)
     try:
-        print(db.current_revision(engine) or "(empty)")
+        print(revisions.read(engine).current or "(empty)")
     finally:
         engine.dispose()
     return 0

@@ -1,4 +1,5 @@
-"""Connecting: the engine, and bringing the schema to head.
+"""Connecting: the engine, and bringing the schema to head (which revision the
+database holds, and refusing an older one: spark_outbox.core.revisions).
 
 Which database is the caller's decision: ``Settings.database_url`` must be set
 (the CLI falls back to a private development cluster; nothing here does).
@@ -14,7 +15,6 @@ from collections.abc import Iterator, Mapping
 import psycopg2
 import sqlalchemy as sa
 from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 
 from spark_outbox.core import pgterse
@@ -24,7 +24,6 @@ from spark_outbox.core.errors import ConfigurationError, DatabaseUnavailable
 OUTBOX_HEAD = "outbox@head"
 BILLING_HEAD = "billing@head"
 ALL_HEADS = "heads"
-_OUTBOX_BRANCH = "outbox"
 
 
 def require_url(url: str) -> str:
@@ -168,34 +167,3 @@ def downgrade(url: str, revision: str) -> None:
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)
-
-
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("postgresql://x@localhost/x"))
-
-
-def current_revision(engine: Engine) -> str | None:
-    """The outbox schema's revision in the database (None: not migrated)."""
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as conn:
-        heads = MigrationContext.configure(conn).get_current_heads()
-    script = _script()
-    for head in heads:
-        if _OUTBOX_BRANCH in _branches(script, head):
-            return head
-    return None
-
-
-def head_revision() -> str:
-    """The outbox schema's head in the installed code."""
-    return str(_script().get_revision(OUTBOX_HEAD).revision)
-
-
-def _branches(script: ScriptDirectory, revision: str) -> set[str]:
-    return {
-        label
-        for rev in script.iterate_revisions(revision, "base")
-        if rev is not None
-        for label in rev.branch_labels
-    }
