@@ -17,6 +17,7 @@ import pytest
 from spark_outbox.cli.tools import scratch
 from spark_outbox.core import db
 from tests import ROOT
+from tests.spark.conftest import spark  # noqa: F401  (the same session-wide fixture here)
 from tests.upgrade import previous
 
 

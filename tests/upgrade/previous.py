@@ -40,11 +40,16 @@ CACHE = ROOT / ".outbox" / "previous-release"
 class Release:
     commit: str
     revision: str  # its outbox head
+    billing_revision: str  # the example's head
 
 
 def recorded() -> Release:
     data = tomllib.loads(RECORD.read_text())
-    return Release(commit=str(data["commit"]), revision=str(data["revision"]))
+    return Release(
+        commit=str(data["commit"]),
+        revision=str(data["revision"]),
+        billing_revision=str(data["billing_revision"]),
+    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """A web application's producer of the previous release: ``enqueue()`` one effect at a
 time, each in its own transaction, until SIGTERM; then one JSON line on stdout,
-``{"enqueued": n, "errors": [...]}``.
+``{"enqueued": n, "errors": [...]}`` (and ``{"error": ...}`` as each happens).
 
 Run by the previous release's Python (tests/upgrade/test_drill.py), so it imports
 that release's ``enqueue``: only its public producer API, stable across releases.
@@ -37,7 +37,9 @@ def main(url: str, endpoint: str, interval_s: float) -> int:
                 enqueue(conn, idempotency_key=key(enqueued), endpoint=endpoint, payload=payload)
             enqueued += 1
         except Exception as exc:  # kept and shown: the drill fails on any
-            errors.append(f"{type(exc).__name__}: {exc}"[:500])
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            errors.append(f"{type(exc).__name__}: {first_line}"[:300])
+            print(json.dumps({"error": errors[-1]}), flush=True)  # the drill stops at once
         time.sleep(interval_s)
     engine.dispose()
     print(json.dumps({"enqueued": enqueued, "errors": errors}), flush=True)

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from spark_outbox.core import db, revisions
 from tests import ROOT
 from tests.conftest import insert_endpoint
 from tests.upgrade import previous
-from tests.upgrade.conftest import Processes, new_outbox, run, wait_for
+from tests.upgrade.conftest import Processes, new_outbox, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -81,45 +82,56 @@ class Drill:
         os.utime(aside, (at, at))
         aside.rename(self.incoming / f"events-{day}.json")
 
-    def invoiced(self, day: str, timeout_s: float = 240) -> None:
+    def wait(self, done: Callable[[], bool], what: str, timeout_s: float = 240) -> None:
+        """Until ``done``; at once when a process of the drill exited or the producer
+        met an error (what a migration that is not online causes), saying which."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            trouble = self.trouble()
+            if trouble:
+                raise AssertionError(f"while waiting for {what}: {trouble}")
+            if time.monotonic() > deadline:
+                logs = {n: errors_in(self.procs.log(n)) for n in self.procs.running}
+                raise AssertionError(f"timed out after {timeout_s}s waiting for {what}: {logs}")
+            time.sleep(0.2)
+
+    def trouble(self) -> str | None:
+        for name, proc in self.procs.running.items():
+            if proc.poll() is not None:
+                return f"{name} exited {proc.returncode}: {errors_in(self.procs.log(name))}"
+        lines = self.procs.log("producer").splitlines()
+        failed = [line for line in lines if line.startswith('{"error"')]
+        return f"the producer of the previous release: {failed[0]}" if failed else None
+
+    def invoiced(self, day: str) -> None:
         """Wait for the day's invoices: the stream commits a day once the next day's
         events move its watermark past it."""
-        wait_for(
-            lambda: (
-                self.scalar("SELECT count(*) FROM invoices WHERE invoice_date = :d", d=day)
-                == expected_invoices(self.work / "events", day)
-            ),
-            timeout_s,
-            f"the invoices of {day} (stream log: {self.procs.log('stream')[-2000:]})",
-        )
+        expected = expected_invoices(self.work / "events", day)
+        sql = "SELECT count(*) FROM invoices WHERE invoice_date = :d"
+        self.wait(lambda: self.scalar(sql, d=day) == expected, f"the invoices of {day}")
 
-    def committed(self, markers: int, timeout_s: float = 240) -> None:
+    def committed(self, markers: int) -> None:
         """Wait for the stream's first ``markers`` commits (both queries count)."""
-        wait_for(
-            lambda: self.scalar("SELECT count(*) FROM batches") >= markers,
-            timeout_s,
-            f"{markers} committed batch(es) (stream log: {self.procs.log('stream')[-2000:]})",
-        )
+        sql = "SELECT count(*) FROM batches"
+        self.wait(lambda: self.scalar(sql) >= markers, f"{markers} committed batch(es)")
 
     def sent_by(self, worker: str, after: dt.datetime | None = None) -> None:
         """Wait for a delivery by ``worker`` (after ``after``)."""
-        wait_for(
-            lambda: (
-                self.scalar(
-                    "SELECT count(*) FROM delivery_attempts WHERE worker_id = :w AND outcome = "
-                    "'delivered' AND started_at > coalesce(CAST(:t AS timestamptz), '-infinity')",
-                    w=worker,
-                    t=after,
-                )
-                > 0
-            ),
-            120,
-            f"a delivery by {worker} (its log: {self.procs.log(worker)[-2000:]})",
+        sql = (
+            "SELECT count(*) FROM delivery_attempts WHERE worker_id = :w AND outcome = "
+            "'delivered' AND started_at > coalesce(CAST(:t AS timestamptz), '-infinity')"
         )
+        self.wait(lambda: self.scalar(sql, w=worker, t=after) > 0, f"a delivery by {worker}")
 
     def start_dispatcher(self, name: str, argv: list[str]) -> None:
         env = self.env | DISPATCHER | {"OUTBOX_WORKER_ID": name}
         self.procs.start(name, argv, env)
+
+
+def errors_in(log: str) -> str:
+    """The lines of a log that name an error (Spark's are long), else its end."""
+    lines = [line for line in log.splitlines() if "rror" in line or "xception" in line]
+    return "\n".join(lines[-12:])[-3000:] if lines else log[-1500:]
 
 
 def expected_invoices(events: Path, day: str) -> int:
@@ -199,8 +211,8 @@ def _upgrade_under_load(drill: Drill) -> tuple[dt.datetime, dt.datetime]:
     ended = drill.scalar("SELECT clock_timestamp()")
     assert upgraded.returncode == 0, upgraded.stderr
     assert revisions.read(drill.engine).current == revisions.head()
-    for name in ("old-dispatcher", "producer", "stream"):
-        assert drill.procs.running[name].poll() is None, f"{name}: {drill.procs.log(name)}"
+    trouble = drill.trouble()
+    assert trouble is None, trouble
     drill.feed(DAYS[2])
     drill.invoiced(DAYS[0])
     drill.invoiced(DAYS[1])
@@ -217,10 +229,10 @@ def _roll_the_dispatchers(drill: Drill) -> None:
     drill.sent_by("new-dispatcher", after=left)
     assert drill.procs.stop("producer") == 0, drill.procs.log("producer")
     assert drill.procs.stop("stream", timeout_s=120) == 0, drill.procs.log("stream")
-    wait_for(
+    drill.wait(
         lambda: drill.scalar("SELECT count(*) FROM effects WHERE state <> 'delivered'") == 0,
-        120,
-        f"every effect delivered ({drill.rows('SELECT state, count(*) FROM effects GROUP BY 1')})",
+        "every effect delivered",
+        timeout_s=120,
     )
     assert drill.procs.stop("new-dispatcher") == 0, drill.procs.log("new-dispatcher")
 
