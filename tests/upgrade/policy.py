@@ -54,10 +54,43 @@ def offline_sql(start: str, end: str) -> str:
     return cfg.output_buffer.getvalue()
 
 
-def by_revision(sql: str) -> list[tuple[str, list[str]]]:
-    """(revision, its statements) in order, from offline SQL."""
+def by_revision(sql: str) -> list[tuple[str, list[str], list[str]]]:
+    """(revision, its statements, those committed before its last autocommit block
+    ends) in order, from offline SQL."""
+    sql = re.sub(r"COMMIT;\s*$", "", sql)  # the run's own last commit
     parts = re.split(r"^-- Running upgrade \S+ -> (\S+)\s*$", sql, flags=re.MULTILINE)
-    return [(rev, statements(body)) for rev, body in zip(parts[1::2], parts[2::2], strict=True)]
+    found = []
+    for rev, body in zip(parts[1::2], parts[2::2], strict=True):
+        block = re.search(r"^COMMIT;\s*$.*^BEGIN;\s*$", body, flags=re.MULTILINE | re.DOTALL)
+        found.append((rev, statements(body), statements(body[: block.end()]) if block else []))
+    return found
+
+
+def rerun_problems(revision: str, committed: list[str]) -> list[Violation]:
+    """A revision that commits midway (an autocommit block) runs again from its start
+    when a later step fails (a lock timeout, a deadlock, a lost connection): what it
+    committed must then run again without an error."""
+    fix = (
+        "a revision with an autocommit block runs again from its start after a failure: "
+        "use IF NOT EXISTS, CREATE OR REPLACE, or drop the object IF EXISTS just before"
+    )
+    found = []
+    for at, statement in enumerate(committed):
+        s, earlier = statement.upper(), " ; ".join(x.upper() for x in committed[:at])
+        if _fails_again(s, earlier):
+            found.append(Violation(revision, statement, "it fails when run again", fix))
+    return found
+
+
+def _fails_again(s: str, earlier: str) -> bool:
+    fresh = r"(?!IF NOT EXISTS\b)"
+    if re.match(rf"CREATE (UNIQUE )?(TABLE|INDEX( CONCURRENTLY)?+|VIEW|FUNCTION) {fresh}", s):
+        return True
+    if re.search(rf"\bADD COLUMN {fresh}", s):
+        return True
+    again = re.match(r"CREATE (TRIGGER) (\w+)", s) or re.search(r"\bADD (CONSTRAINT) (\w+)", s)
+    dropped = again and re.search(rf"\bDROP {again[1]} IF EXISTS {again[2]}\b", earlier)
+    return bool(again and not dropped)
 
 
 def statements(sql: str) -> list[str]:
@@ -248,8 +281,9 @@ def scan(start: str, end: str) -> list[Violation]:
     script = ScriptDirectory.from_config(db.alembic_config("postgresql://x@localhost/x"))
     new: set[str] = set()
     found = []
-    for revision, sql in by_revision(offline_sql(start, end)):
+    for revision, sql, committed in by_revision(offline_sql(start, end)):
         module = script.get_revision(revision).module
         declared = set(getattr(module, "CONTRACT", {}))
         found += check(revision, sql, new, {n.split(".")[-1] for n in declared})
+        found += rerun_problems(revision, committed)
     return found

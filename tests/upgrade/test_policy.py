@@ -124,3 +124,40 @@ def test_statements_split_outside_quotes_bodies_and_comments() -> None:
         "CREATE FUNCTION f() RETURNS trigger AS $$ BEGIN RAISE 'a; b'; END $$",
         "COMMENT ON TABLE effects IS 'x;y'",
     ]
+
+
+def test_a_revision_that_commits_midway_must_run_again_without_an_error() -> None:
+    """What it committed before its autocommit block ends runs again after a later
+    failure; what comes after the block rolls back with the failure."""
+    sql = """BEGIN;
+
+-- Running upgrade a -> b
+
+CREATE TABLE effect_counts (n int);
+CREATE TABLE IF NOT EXISTS effect_sums (n int);
+DROP TRIGGER IF EXISTS counted ON effects;
+CREATE TRIGGER counted AFTER INSERT ON effects FOR EACH ROW EXECUTE FUNCTION f();
+CREATE TRIGGER summed AFTER INSERT ON effects FOR EACH ROW EXECUTE FUNCTION g();
+ALTER TABLE effects ADD COLUMN IF NOT EXISTS expires_at TIMESTAMP WITH TIME ZONE;
+COMMIT;
+CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_effects_x ON effects (x);
+CREATE INDEX CONCURRENTLY ix_effects_y ON effects (y);
+BEGIN;
+ALTER TABLE effects ADD COLUMN z int;
+UPDATE alembic_version SET version_num='b' WHERE alembic_version.version_num = 'a';
+
+COMMIT;
+"""
+    ((revision, statements, committed),) = policy.by_revision(sql)
+    assert revision == "b" and len(statements) == 9 and len(committed) == 8
+    found = [v.statement.split(" (")[0] for v in policy.rerun_problems(revision, committed)]
+    assert found == [
+        "CREATE TABLE effect_counts",
+        "CREATE TRIGGER summed AFTER INSERT ON effects FOR EACH ROW EXECUTE FUNCTION g()",
+        "CREATE INDEX CONCURRENTLY ix_effects_y ON effects",
+    ]
+
+
+def test_a_revision_without_an_autocommit_block_rolls_back_whole() -> None:
+    sql = "BEGIN;\n-- Running upgrade a -> b\nCREATE TABLE t (n int);\nCOMMIT;\n"
+    assert policy.by_revision(sql) == [("b", ["CREATE TABLE t (n int)"], [])]
