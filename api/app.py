@@ -31,7 +31,7 @@ from spark_outbox.api.routes import (
     ui_lists,
     uncertain,
 )
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
 from spark_outbox.core.settings import Settings
 
 HERE = Path(__file__).parent
@@ -45,9 +45,11 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = db.create_engine(url, application_name="outbox-api")
-        app.state.engine = engine
-        metrics.watch_queue(engine)
         try:
+            # This release's routes read columns an older schema lacks: refuse to start.
+            revisions.require_usable(engine, "the API", unreachable_ok=True)
+            app.state.engine = engine
+            metrics.watch_queue(engine)
             yield
         finally:
             engine.dispose()

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from spark_outbox.cli.database import database_url
+from spark_outbox.core import db, revisions
 from spark_outbox.core.settings import Settings
 
 
@@ -31,5 +32,14 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         overrides["api_port"] = args.port
     overrides["database_url"] = database_url(settings)
     settings = dataclasses.replace(settings, **overrides)
+    _require_schema(settings.database_url)  # one line and exit 2, not uvicorn's traceback
     serve_until_stopped(create_app(settings), settings.api_host, settings.api_port)
     return 0
+
+
+def _require_schema(url: str) -> None:
+    engine = db.create_engine(url, pool_size=1, application_name="outbox-api")
+    try:
+        revisions.require_usable(engine, "the API", unreachable_ok=True)
+    finally:
+        engine.dispose()

@@ -9,7 +9,8 @@ from typing import Any
 
 from spark_outbox.cli.database import database_url
 from spark_outbox.cli.tools.pgcluster import PrivateCluster
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
+from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 
 
@@ -40,6 +41,20 @@ def register(sub: Any) -> None:
         default=db.OUTBOX_HEAD,
         help="Alembic target: outbox@head, billing@head (the example's table) or heads "
         "(default: %(default)s)",
+    )
+    up.add_argument(
+        "--lock-timeout-s",
+        type=float,
+        default=5.0,
+        help="each statement waits at most this long for a lock, so the traffic queued "
+        "behind it never waits longer; 0 waits as long as it takes (default: %(default)s)",
+    )
+    up.add_argument(
+        "--tries",
+        type=int,
+        default=20,
+        help="tries when a lock wait runs out or a deadlock rolls the upgrade back; each "
+        "resumes from the last committed revision (default: %(default)s)",
     )
     up.set_defaults(handler=upgrade)
     down = cmds.add_parser("downgrade", help="migrate the schema down to REVISION")
@@ -110,7 +125,14 @@ def url(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def upgrade(args: argparse.Namespace, settings: Settings) -> int:
-    db.upgrade(database_url(settings), args.revision)
+    if args.lock_timeout_s < 0 or args.tries < 1:
+        raise ConfigurationError("--lock-timeout-s must be >= 0 and --tries >= 1")
+    db.upgrade(
+        database_url(settings),
+        args.revision,
+        lock_timeout_s=args.lock_timeout_s or None,
+        tries=args.tries,
+    )
     print(f"schema at {args.revision}")
     return 0
 
@@ -124,7 +146,7 @@ def downgrade(args: argparse.Namespace, settings: Settings) -> int:
 def current(args: argparse.Namespace, settings: Settings) -> int:
     engine = db.create_engine(database_url(settings), pool_size=1)
     try:
-        print(db.current_revision(engine) or "(empty)")
+        print(revisions.read(engine).current or "(empty)")
     finally:
         engine.dispose()
     return 0

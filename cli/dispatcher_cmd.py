@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_outbox.cli import supervisor
 from spark_outbox.cli.database import database_url
-from spark_outbox.core import db, tracing
+from spark_outbox.core import db, revisions, tracing
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
@@ -71,6 +71,8 @@ def register(sub: Any) -> None:
 
 
 def run_dispatcher(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.supervised_by:  # a supervisor checked before starting its workers
+        _require_schema(database_url(settings))
     processes = args.processes if args.processes is not None else settings.processes
     processes = processes if processes > 0 else supervisor.host_cores()
     if processes == 1:
@@ -127,6 +129,15 @@ def _serve_metrics(worker: Worker, host: str, port: int) -> None:
             f"--metrics-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
             "pick a free port (each dispatcher on a host needs its own) or check --metrics-host"
         ) from None
+
+
+def _require_schema(url: str) -> None:
+    """Before anything is claimed or registered: an older schema is refused in one line."""
+    engine = db.create_engine(url, pool_size=1, application_name="outbox-dispatcher")
+    try:
+        revisions.require_usable(engine, "the dispatcher", unreachable_ok=True)
+    finally:
+        engine.dispose()
 
 
 def _check_role_settings(engine: Any) -> None:

@@ -18,7 +18,7 @@ from spark_outbox.cli.database import database_url
 from spark_outbox.core import db, endpoints, tracing
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
-from spark_outbox.spark import shipping
+from spark_outbox.spark import runs, shipping
 from spark_outbox.spark.guard import Limits, VolumeGuard
 
 
@@ -175,6 +175,7 @@ def run_job(args: argparse.Namespace, settings: Settings) -> int:
     tracing.serve_as("outbox-spark-job")  # OTEL_SERVICE_NAME, if set, wins
     options = {"volume_guard": volume_guard(args)}  # a bad limit fails before Spark starts
     url = database_url(settings)
+    runs.require_schema(url)  # before the example's migration and Spark: touch nothing
     _check_endpoints(url)
     db.upgrade(url, db.BILLING_HEAD)  # the example's own table (its migration branch)
     if args.remote and args.master:

@@ -20,6 +20,7 @@ from prometheus_client import (
 from spark_outbox.cli import output
 from spark_outbox.cli.database import engine_for
 from spark_outbox.console import verify
+from spark_outbox.core import revisions
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 
@@ -120,6 +121,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError(f"--{str(exc).replace('_', '-')}") from None
     engine = engine_for(settings)
     try:
+        revisions.require_usable(engine, "outbox verify")  # its checks read this release's columns
         if args.once:
             with engine.connect() as conn:
                 report = checker.run_until_current(conn)

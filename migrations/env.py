@@ -56,6 +56,10 @@ def run_migrations_online() -> None:
             )
         )
     with connectable.connect() as connection:
+        lock_timeout_ms = config.attributes.get("lock_timeout_ms")
+        if lock_timeout_ms:  # spark_outbox.core.db.upgrade: bounded waits for locks
+            connection.exec_driver_sql(f"SET lock_timeout = {int(lock_timeout_ms)}")
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=target_metadata,

@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from spark_outbox.cli.tools import scratch
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
 from tests import ROOT
 from tests.conftest import insert_billing_endpoints
 
@@ -120,7 +120,7 @@ def test_a_core_install_runs_what_needs_no_extra_and_names_the_extra_for_the_res
     upgraded = core.outbox("db", "upgrade", DATABASE_URL=empty_db_url)
     assert upgraded.returncode == 0, upgraded.stderr
     current = core.outbox("db", "current", DATABASE_URL=empty_db_url)
-    assert current.returncode == 0 and db.head_revision() in current.stdout
+    assert current.returncode == 0 and revisions.head() in current.stdout
     listed = core.outbox("endpoints", "list", DATABASE_URL=empty_db_url)
     assert listed.returncode == 0, listed.stderr
     for argv, extra in (

@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 
 from spark_outbox.billing import schema as billing_schema
 from spark_outbox.cli.tools import scratch
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
 from spark_outbox.core.schema import metadata
 
 
@@ -57,7 +57,7 @@ def test_a_deployment_gets_the_outbox_schema_without_the_example_table(
     assert set(metadata.tables) <= tables and "invoices" not in tables
     engine = db.create_engine(empty_db_url, pool_size=1)
     try:
-        assert db.current_revision(engine) == db.head_revision()
+        assert revisions.read(engine).current == revisions.head()
     finally:
         engine.dispose()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -11,12 +9,9 @@ from spark_outbox.api.deps import Conn, EngineDep, Reader
 from spark_outbox.api.responses import READ_ERRORS
 from spark_outbox.api.schemas import StatusPublic
 from spark_outbox.console import health
-from spark_outbox.core import db
+from spark_outbox.core import revisions
 
 router = APIRouter()
-
-# The head is a property of the installed code, not of the database: read it once.
-_head_revision = functools.cache(db.head_revision)
 
 
 @router.get("/healthz", tags=["health"])
@@ -27,16 +22,17 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["health"], responses={503: {"description": "not ready"}})
 def readyz(engine: EngineDep) -> JSONResponse:
-    """Ready when PostgreSQL answers and the schema is at the migrations' head."""
-    head = _head_revision()
+    """Ready when PostgreSQL answers and the schema is at this release's head, or at a
+    later release's (migrations are expand-only: an upgrade ahead of this API leaves it
+    working, docs/operations.md "Upgrading")."""
     try:
-        current = db.current_revision(engine)
+        found = revisions.read(engine)
     except Exception:  # any failure to reach the database means "not ready"
         return JSONResponse({"status": "database unreachable"}, status_code=503)
-    if current != head:
-        body = {"status": "schema not at head", "current": current, "head": head}
+    if not found.usable:
+        body = {"status": "schema not at head", "current": found.current, "head": found.head}
         return JSONResponse(body, status_code=503)
-    return JSONResponse({"status": "ready", "revision": current})
+    return JSONResponse({"status": "ready", "revision": found.current})
 
 
 @router.get("/v1/status", response_model=StatusPublic, tags=["read"], responses=READ_ERRORS)

@@ -1,4 +1,5 @@
-"""Connecting: the engine, and bringing the schema to head.
+"""Connecting: the engine, and bringing the schema to head (which revision the
+database holds, and refusing an older one: spark_outbox.core.revisions).
 
 Which database is the caller's decision: ``Settings.database_url`` must be set
 (the CLI falls back to a private development cluster; nothing here does).
@@ -9,22 +10,25 @@ deployment needs) and ``billing`` (the example job's table).
 from __future__ import annotations
 
 import contextlib
+import logging
+import random
+import time
 from collections.abc import Iterator, Mapping
 
 import psycopg2
 import sqlalchemy as sa
 from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 
 from spark_outbox.core import pgterse
-from spark_outbox.core.errors import ConfigurationError, DatabaseUnavailable
+from spark_outbox.core.errors import ConfigurationError, DatabaseUnavailable, UpgradeBlocked
+
+log = logging.getLogger(__name__)
 
 # Alembic targets: the outbox schema, the example's table, or both.
 OUTBOX_HEAD = "outbox@head"
 BILLING_HEAD = "billing@head"
 ALL_HEADS = "heads"
-_OUTBOX_BRANCH = "outbox"
 
 
 def require_url(url: str) -> str:
@@ -103,6 +107,13 @@ def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError)
 
 
+# PostgreSQL's answers when a statement gave up waiting for a lock (lock_timeout) or
+# was chosen to break a deadlock: a migration that met either can simply run again.
+_LOCK_WAITS = {
+    "55P03": "waited longer than the lock timeout for a lock",
+    "40P01": "deadlocked with the traffic and was rolled back",
+}
+
 # PgBouncer's answer to a startup packet carrying ``options``.
 _STARTUP_OPTIONS_REFUSED = "unsupported startup parameter"
 
@@ -158,44 +169,52 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = OUTBOX_HEAD) -> None:
+def upgrade(
+    url: str,
+    revision: str = OUTBOX_HEAD,
+    *,
+    lock_timeout_s: float | None = None,
+    tries: int = 1,
+) -> None:
+    """Migrate to ``revision`` while the previous release runs (docs/operations.md,
+    "Upgrading").
+
+    ``lock_timeout_s``: each statement waits at most this long for a lock. A revision's
+    ALTER waiting for a long transaction would otherwise queue every dispatcher's
+    claim and every commit behind it for as long as that transaction lasts. A wait
+    that runs out, or a deadlock with the traffic, rolls back to the last committed
+    revision and the upgrade tries again (``tries`` in all, pausing between tries)."""
     from alembic import command
 
-    command.upgrade(alembic_config(url), revision)
+    cfg = alembic_config(url)
+    if lock_timeout_s:
+        cfg.attributes["lock_timeout_ms"] = max(1, round(lock_timeout_s * 1000))
+    for attempt in range(1, tries + 1):
+        try:
+            command.upgrade(cfg, revision)
+            return
+        except sa.exc.DBAPIError as exc:
+            code = getattr(exc.orig, "pgcode", None)
+            if code not in _LOCK_WAITS:
+                raise
+            if attempt == tries:
+                raise UpgradeBlocked(
+                    f"the upgrade gave up after {tries} tries: each {_LOCK_WAITS[code]} "
+                    "(a long transaction holds a table it alters); run it again, or with "
+                    "--lock-timeout-s 0 to wait as long as it takes (writers then queue "
+                    "behind it)"
+                ) from None
+            log.warning(
+                "upgrade: %s; trying again (%d of %d)",
+                _LOCK_WAITS[code],
+                attempt + 1,
+                tries,
+                extra={"event": "db.upgrade_retry", "attempt": attempt + 1, "pgcode": code},
+            )
+            time.sleep(min(0.2 * 2**attempt, 5.0) * random.uniform(0.5, 1.0))  # noqa: S311
 
 
 def downgrade(url: str, revision: str) -> None:
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)
-
-
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("postgresql://x@localhost/x"))
-
-
-def current_revision(engine: Engine) -> str | None:
-    """The outbox schema's revision in the database (None: not migrated)."""
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as conn:
-        heads = MigrationContext.configure(conn).get_current_heads()
-    script = _script()
-    for head in heads:
-        if _OUTBOX_BRANCH in _branches(script, head):
-            return head
-    return None
-
-
-def head_revision() -> str:
-    """The outbox schema's head in the installed code."""
-    return str(_script().get_revision(OUTBOX_HEAD).revision)
-
-
-def _branches(script: ScriptDirectory, revision: str) -> set[str]:
-    return {
-        label
-        for rev in script.iterate_revisions(revision, "base")
-        if rev is not None
-        for label in rev.branch_labels
-    }

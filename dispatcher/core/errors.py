@@ -71,3 +71,8 @@ class Conflict(OutboxError):
 
 class DatabaseUnavailable(OutboxError):
     """PostgreSQL could not be reached or started."""
+
+
+class UpgradeBlocked(OutboxError):
+    """``outbox db upgrade`` gave up waiting for the locks its revisions need (each
+    wait bounded, so the traffic queued behind it never waits longer)."""

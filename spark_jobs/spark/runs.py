@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
 
-from spark_outbox.core import db
+from spark_outbox.core import db, revisions
 from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.spark.outcome import Marker
@@ -28,10 +28,16 @@ from spark_outbox.spark.outcome import Marker
 log = logging.getLogger(__name__)
 _Q = queries_beside(__file__, "commit.sql")
 SWEEP_BATCH_ROWS = 5_000
+# Databases whose schema this process found usable (their SQLAlchemy URLs).
+_USABLE: set[str] = set()
 
 
 def engine_for(url: str) -> Engine:
-    """No pool: each phase gets a fresh connection, a lost one is never reused."""
+    """No pool: each phase gets a fresh connection, a lost one is never reused.
+
+    The first engine for a database in this process checks that its schema is this
+    release's or later: every write starts here, on the driver, before any executor
+    writes."""
     engine = sa.create_engine(
         db.sqlalchemy_url(url),
         poolclass=NullPool,
@@ -39,7 +45,21 @@ def engine_for(url: str) -> Engine:
         hide_parameters=True,
         connect_args={"application_name": "spark-outbox-commit"},
     )
-    return db.terse_errors(engine)
+    engine = db.terse_errors(engine)
+    key = db.sqlalchemy_url(url)
+    if key not in _USABLE:  # a schema only moves forward: once per database and process
+        try:
+            revisions.require_usable(engine, "the Spark sink")
+        except BaseException:
+            engine.dispose()
+            raise
+        _USABLE.add(key)
+    return engine
+
+
+def require_schema(url: str) -> None:
+    """Refuse an older schema now (spark_outbox.core.revisions), before tasks write."""
+    engine_for(url).dispose()
 
 
 def read_marker(engine: Engine, job: str, batch_id: str) -> Marker | None:

@@ -65,12 +65,13 @@ class OutboxDataSource(DataSource):
 
     def streamWriter(self, schema: Any, overwrite: bool) -> Any:
         from spark_outbox.core import db
-        from spark_outbox.spark import source_options
+        from spark_outbox.spark import runs, source_options
         from spark_outbox.spark.source_tasks import StreamWriter
 
         _refuse_overwrite(overwrite, "use outputMode('append') or 'update'")
         options = source_options.parse(self.options, streaming=True)
         layout = source_options.layout(schema, options)
+        runs.require_schema(options.database_url)  # the tasks write before any commit
         dsn = db.libpq_url(options.database_url)
         return StreamWriter(dict(self.options), layout, options.chunk_rows, dsn, options.job)
 

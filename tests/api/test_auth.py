@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.api.app import create_app
 from spark_outbox.cli.tools import scratch
 from spark_outbox.console import tokens
+from spark_outbox.core import db, revisions
 from spark_outbox.core.errors import Conflict, InvalidRequest
 from spark_outbox.core.settings import Settings
 from tests.api.conftest import Tokens
@@ -30,16 +32,42 @@ def unmigrated_url(server_url: str) -> Iterator[str]:
     scratch.drop_database(server_url, scratch.database_name(url))
 
 
-def test_readyz_is_503_until_the_schema_is_at_head(
+def test_the_app_refuses_to_start_on_a_database_never_migrated(
     api_settings: Settings, unmigrated_url: str
 ) -> None:
-    import dataclasses
-
     app = create_app(dataclasses.replace(api_settings, database_url=unmigrated_url))
-    with TestClient(app) as c:
-        response = c.get("/readyz")
+    with pytest.raises(revisions.SchemaBehind, match="no outbox schema") as refused:
+        TestClient(app).__enter__()
+    assert revisions.head() in str(refused.value) and "outbox db upgrade" in str(refused.value)
+
+
+def test_readyz_is_503_when_the_schema_falls_behind_a_running_app(
+    client: TestClient, api_settings: Settings, engine: Engine
+) -> None:
+    assert client.get("/readyz").status_code == 200
+    db.downgrade(api_settings.database_url, "outbox@-1")
+    previous = revisions.read(engine).current
+    assert previous is not None and previous != revisions.head()
+    response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["status"] == "schema not at head"
+    assert response.json() == {
+        "status": "schema not at head",
+        "current": previous,
+        "head": revisions.head(),
+    }
+
+
+def test_readyz_is_ready_on_a_later_releases_schema(client: TestClient, engine: Engine) -> None:
+    """Migrations are expand-only: the schema of a release after this one (a revision
+    this code does not know) leaves this API working, so it stays in the balancer."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE alembic_version SET version_num = '9999later' WHERE version_num = :h"),
+            {"h": revisions.head()},
+        )
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready", "revision": "9999later"}
 
 
 @pytest.mark.parametrize(

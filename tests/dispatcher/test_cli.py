@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 
 from spark_outbox.cli.main import main
-from spark_outbox.core import db, endpoints
+from spark_outbox.core import db, endpoints, revisions
 from spark_outbox.core.endpoints import secret_bytes
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch.metrics import Metrics
@@ -206,4 +206,4 @@ def test_a_password_in_database_url_is_refused_with_the_fix(db_url: str) -> None
     bare = f"postgresql://{url.username}@{url.host}:{url.port}/{url.database}"
     works = _outbox("", "--database-url", bare, "db", "current", PGPASSWORD=str(url.password))
     assert works.returncode == 0, works.stderr
-    assert works.stdout.strip() == db.head_revision()
+    assert works.stdout.strip() == revisions.head()
