@@ -8,7 +8,8 @@ Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 (``leased``), then *delivered*, *retried* (back to ``pending`` with a later
 ``next_attempt_at``), *dead* or *cancelled*, or *uncertain* (a send to an
 endpoint that cannot deduplicate started and its outcome is unknown: an operator
-decides). A batch is *written* by a run, then
+decides), or *expired* (its send-by time, ``expires_at``, passed before it was
+sent: never sent after it). A batch is *written* by a run, then
 *committed* (its row in ``batches`` is the commit marker).
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
@@ -35,7 +36,15 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
-EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled", "uncertain")
+EFFECT_STATES = (
+    "pending",
+    "leased",
+    "delivered",
+    "dead",
+    "cancelled",
+    "uncertain",
+    "expired",
+)
 ENDPOINT_KINDS = ("webhook", "email")
 ROLES = ("support", "operator")
 HOLD_STATES = ("held", "released", "cancelled")
@@ -237,6 +246,9 @@ effects = sa.Table(
     sa.Column("state", sa.Text, nullable=False, server_default="pending"),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     _ts("next_attempt_at", nullable=False, default_now=True),
+    # The send-by time (migration 2720): optional; once it has passed the effect is
+    # never sent (no claim takes it, no send starts after it) and ends 'expired'.
+    _ts("expires_at"),
     sa.Column("lease_owner", sa.Text),
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("lease_expires_at"),
@@ -315,6 +327,22 @@ effects = sa.Table(
             "purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
         ),
     ),
+    # Send-by times (migration 2720): the unfinished effects that have one, by it:
+    # what the dispatcher's expiry pass reads (effects without one never enter it).
+    sa.Index(
+        "ix_effects_expiring",
+        "expires_at",
+        postgresql_where=sa.text("expires_at IS NOT NULL AND state IN ('pending', 'leased')"),
+    ),
+    # Expired effects not yet purged, by when they expired: retention's second range
+    # (ix_effects_purgeable predates the state) and /metrics' recent count. Expired
+    # rows are few, and a row enters it only when it expires.
+    sa.Index(
+        "ix_effects_expired",
+        "updated_at",
+        "id",
+        postgresql_where=sa.text("state = 'expired' AND purged_at IS NULL"),
+    ),
     # Recover: an endpoint's dead effects by when they died (dead rows are few).
     sa.Index(
         "ix_effects_dead_endpoint_updated_at",
@@ -336,7 +364,8 @@ delivery_attempts = sa.Table(
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("started_at", nullable=False),
     sa.Column("duration_ms", sa.Float, nullable=False),
-    # delivered | retry | dead | gone | uncertain | stale (the lease had been lost)
+    # delivered | retry | dead | gone | uncertain | stale (the lease had been lost) |
+    # expired (its send-by time passed before the first byte: not sent)
     sa.Column("outcome", sa.Text, nullable=False),
     sa.Column("status_code", sa.Integer),
     sa.Column("error_class", sa.Text),
@@ -349,11 +378,11 @@ delivery_attempts = sa.Table(
     sa.Index(None, "started_at"),
 )
 
-LEDGER_STATES = ("delivered", "dead", "cancelled")
+LEDGER_STATES = ("delivered", "dead", "cancelled", "expired")
 
 # Finished keys stay known here, so they are never enqueued or sent again: a
-# delivered key from its delivery on (the record statement), a dead or cancelled
-# key from when retention purges its effect's payload. Only ``delivered`` rows
+# delivered key from its delivery on (the record statement), a dead, cancelled or
+# expired key from when retention purges its effect's payload. Only ``delivered`` rows
 # make the claim settle an effect without sending it.
 key_ledger = sa.Table(
     "key_ledger",
@@ -461,6 +490,7 @@ deferred_effects = sa.Table(
     sa.Column("reference", sa.Text),
     sa.Column("supersedes", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
+    sa.Column("expires_at", sa.DateTime(timezone=True)),
     sa.Index(None, "run_id"),
 )
 
