@@ -41,7 +41,8 @@ class EffectPublic(Public):
     state: str
     attempt_count: int
     next_attempt_at: Instant | None = Field(
-        description="when the next attempt is due; null once finished (delivered, dead, cancelled)"
+        description="when the next attempt is due; null once finished (delivered, dead, "
+        "cancelled, expired)"
     )
     created_at: Instant
     updated_at: Instant
@@ -63,6 +64,11 @@ class EffectRecordPublic(EffectPublic):
     )
     resend_action_id: int | None = Field(
         None, description="the operator action of the latest resend asked for (see resend)"
+    )
+    expires_at: Instant | None = Field(
+        None,
+        description="the send-by time: after it the effect is never sent and ends expired "
+        "(null: none)",
     )
 
 
@@ -135,6 +141,7 @@ class LiveCounts(BaseModel):
     dead: int
     cancelled: int
     uncertain: int
+    expired: int
     rejects: int
 
 
@@ -151,6 +158,10 @@ class StateCounts(BaseModel):
     cancelled: int
     uncertain: int = Field(
         description="sends that started with an unknown outcome: an operator decides"
+    )
+    expired: int = Field(
+        description="effects whose send-by time (expires_at) passed before they were sent: "
+        "never sent"
     )
 
 

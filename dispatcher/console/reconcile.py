@@ -57,6 +57,11 @@ CATEGORIES = {
             "its send started and the outcome is unknown (the endpoint cannot deduplicate): "
             "an operator marks it delivered or sends it again",
         ),
+        Category(
+            "expired",
+            True,
+            "its send-by time (expires_at) passed before it was sent: never sent (see last_error)",
+        ),
         Category("purged", True, "finished, then retention removed its payload and attempts"),
         Category("missing", False, "counted new at commit, but no effect row of the batch exists"),
         Category("unexpected", False, "an effect row of the batch the marker did not count"),
@@ -79,6 +84,7 @@ STATE_CATEGORY = {
     "cancelled": "cancelled",
     "held": "held",
     "uncertain": "uncertain",
+    "expired": "expired",
     "purged": "purged",
 }
 

@@ -65,10 +65,12 @@ SELECT pg_advisory_xact_lock(:lock_id);
 -- become this run's: never swallowed by a run that may never commit. Keys held
 -- by a visible effect are left alone (deduplicated), as are keys in the ledger.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at,
+                     expires_at)
 SELECT DISTINCT ON (d.idempotency_key)
        d.idempotency_key, :job, :batch_id, d.run_id, d.endpoint, d.recipient, d.payload,
-       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now())
+       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now()),
+       d.expires_at
 FROM deferred_effects d
 WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
   AND NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = d.idempotency_key)
@@ -78,7 +80,7 @@ SET job = EXCLUDED.job, batch_id = EXCLUDED.batch_id, run_id = EXCLUDED.run_id,
     endpoint = EXCLUDED.endpoint, recipient = EXCLUDED.recipient, payload = EXCLUDED.payload,
     payload_sha256 = EXCLUDED.payload_sha256, ordering_key = EXCLUDED.ordering_key,
     reference = EXCLUDED.reference, supersedes = EXCLUDED.supersedes,
-    next_attempt_at = EXCLUDED.next_attempt_at,
+    next_attempt_at = EXCLUDED.next_attempt_at, expires_at = EXCLUDED.expires_at,
     created_at = now(), updated_at = now()
 WHERE effects.run_id IS DISTINCT FROM EXCLUDED.run_id
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = effects.id);
