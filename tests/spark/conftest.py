@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from spark_outbox.billing.session import build_session
-from tests.dispatcher.conftest import receiver  # noqa: F401  (the same fixture here)
+from tests.dispatcher.conftest import fast, receiver  # noqa: F401  (the same fixtures here)
 
 
 @pytest.fixture(scope="session")
