@@ -2,7 +2,7 @@
 
 ``/metrics`` is open (no token): it exposes aggregates only (counts, ages, no
 keys, recipients or payloads), Prometheus scrapers rarely hold application
-tokens, and each scrape costs three small index-bounded queries. Keep the API
+tokens, and each scrape costs a few small index-bounded queries. Keep the API
 port inside the deployment network, as for any metrics endpoint.
 """
 
@@ -62,6 +62,12 @@ class QueueCollector(Collector):
             "Stored keys met again with another payload in the last 24 h (by the sink's "
             "batches and by enqueue())",
             value=gauges.mismatches_24h,
+        )
+        yield GaugeMetricFamily(
+            "outbox_recent_expired_effects",
+            "Effects whose send-by time (expires_at) passed before they were sent, in the "
+            "last 24 h: never sent",
+            value=gauges.expired_24h,
         )
 
 

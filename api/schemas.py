@@ -250,6 +250,14 @@ class ActionCreate(BaseModel):
     )
 
 
+class RequeueCreate(ActionCreate):
+    expires_at: dt.datetime | None = Field(
+        None,
+        description="a new send-by time (with a zone, in the future); needed when the "
+        "effect's own has passed, as an expired effect's has",
+    )
+
+
 class ActionDonePublic(BaseModel):
     action: str
     target: str
