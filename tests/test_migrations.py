@@ -217,3 +217,22 @@ def test_an_upgrade_with_an_endpoint_out_of_bounds_stops_naming_it_and_the_fix(
         engine.dispose()
     with pytest.raises(sa.exc.DBAPIError, match=r"loud \(rate_limit_per_s: --rate-limit-per-s\)"):
         db.upgrade(empty_db_url)
+
+
+def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
+    empty_db_url: str,
+) -> None:
+    """2720 commits its first part before it validates and builds CONCURRENTLY: if
+    that part fails (say an index build), the revision stays unrecorded, and an
+    upgrade run again must redo it from the start over what was committed."""
+    db.upgrade(empty_db_url)
+    at_head = _catalog(empty_db_url)
+    engine = db.create_engine(empty_db_url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '1804'"))
+            conn.execute(sa.text("DROP INDEX ix_effects_expired"))
+    finally:
+        engine.dispose()
+    db.upgrade(empty_db_url)
+    assert _catalog(empty_db_url) == at_head

@@ -26,7 +26,7 @@ Create Date: 2026-11-27 12:00:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 from spark_outbox.core import objects
 
@@ -96,30 +96,44 @@ def _states(table: str, states: str, *, later: bool = True) -> None:
 
 
 def upgrade() -> None:
-    op.add_column("effects", sa.Column("expires_at", sa.DateTime(timezone=True)))
-    op.add_column("deferred_effects", sa.Column("expires_at", sa.DateTime(timezone=True)))
+    # The catalog changes below need effects' exclusive lock for an instant; behind a
+    # long transaction they would queue every dispatcher behind them: give up instead.
+    op.execute("SET LOCAL lock_timeout = '10s'")
+    for table in ("effects", "deferred_effects"):
+        column = sa.Column("expires_at", sa.DateTime(timezone=True))
+        op.add_column(table, column, if_not_exists=True)
     _states("effects", f"{STATES}, 'expired'")
     _states("key_ledger", f"{LEDGER_STATES}, 'expired'")
     op.execute(objects.concern("due"))
+    # What comes before is committed here; a failure below leaves the revision at
+    # 1804 and the upgrade can simply run again (every step above repeats safely).
     with op.get_context().autocommit_block():
         op.execute("ALTER TABLE effects VALIDATE CONSTRAINT ck_effects_state")
         op.execute("ALTER TABLE key_ledger VALIDATE CONSTRAINT ck_key_ledger_state")
-        op.create_index(
-            "ix_effects_expiring",
-            "effects",
-            ["expires_at"],
-            postgresql_where=sa.text(EXPIRING),
-            postgresql_concurrently=True,
-            if_not_exists=True,
+        _index_concurrently("ix_effects_expiring", ["expires_at"], EXPIRING)
+        _index_concurrently("ix_effects_expired", ["updated_at", "id"], EXPIRED)
+
+
+def _index_concurrently(name: str, columns: list[str], where: str) -> None:
+    """Built without blocking writes; an invalid one a failed build left is dropped first."""
+    if not context.is_offline_mode():
+        invalid = op.get_bind().execute(
+            sa.text(
+                "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.relname = :name"
+            ),
+            {"name": name},
         )
-        op.create_index(
-            "ix_effects_expired",
-            "effects",
-            ["updated_at", "id"],
-            postgresql_where=sa.text(EXPIRED),
-            postgresql_concurrently=True,
-            if_not_exists=True,
-        )
+        if invalid.scalar():
+            op.execute(f"DROP INDEX CONCURRENTLY {name}")
+    op.create_index(
+        name,
+        "effects",
+        columns,
+        postgresql_where=sa.text(where),
+        postgresql_concurrently=True,
+        if_not_exists=True,
+    )
 
 
 def downgrade() -> None:
