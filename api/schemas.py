@@ -344,6 +344,20 @@ class ReconciliationLinePublic(Public):
     meaning: str
 
 
+class ResultLinePublic(ReconciliationLinePublic):
+    keys: list[dict[str, Any]] = Field(
+        description="the conflict keys of the first rows of the category (up to 20), by name"
+    )
+
+
+class ResultsCheckPublic(Public):
+    table: str | None = Field(description="the results table (null: the batch wrote none)")
+    recorded: int = Field(description="result rows the batch recorded writing")
+    lines: list[ResultLinePublic]
+    cannot_know: list[str] = Field(description="what this check cannot tell, and why")
+    unexplained: int
+
+
 class ReconciliationPublic(Public):
     job: str
     batch_id: str
@@ -353,7 +367,16 @@ class ReconciliationPublic(Public):
     payload_mismatches: int
     attempts: int
     lines: list[ReconciliationLinePublic]
-    unexplained: int = Field(description="rows no category explains; 0 when all adds up")
+    foreign_keys: list[str] = Field(
+        description="keys of the first effect rows carrying the batch's job and batch id that "
+        "its run did not write (category foreign)"
+    )
+    results: ResultsCheckPublic = Field(
+        description="the batch's result rows against what its results table holds now"
+    )
+    unexplained: int = Field(
+        description="rows no category explains, effects and result rows; 0 when all adds up"
+    )
 
 
 class ErasureCreate(ActionCreate):

@@ -203,6 +203,15 @@ batches = sa.Table(
     sa.Column("hold_state", sa.Text),
     sa.Column("hold_reason", sa.Text),
     _ts("hold_resolved_at"),
+    # Where the batch's result rows went (migration 2721; NULL: no results, or
+    # committed before): the results table, its conflict keys, the columns the
+    # batch wrote, and the columns (job, batch id) that stamp a row with the batch
+    # that wrote it, if the table has them (ResultsSpec.batch_columns).
+    # Reconciliation re-reads the table with them (dispatcher/console/results.py).
+    sa.Column("results_table", sa.Text),
+    sa.Column("result_keys", pg.ARRAY(sa.Text)),
+    sa.Column("result_columns", pg.ARRAY(sa.Text)),
+    sa.Column("result_stamp", pg.ARRAY(sa.Text)),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -217,6 +226,25 @@ batches = sa.Table(
     ),
     # The claim's exclusion of held batches probes this tiny index.
     sa.Index("ix_batches_run_id_held", "run_id", postgresql_where=sa.text("hold_state = 'held'")),
+)
+
+# What each batch wrote to its results table (migration 2721), one row per result
+# row, in the commit transaction: the row's conflict key (a JSON object of the key
+# columns) and the sha256 of the columns the batch wrote as they stood after its
+# merge (the text of ROW(...) under fixed settings: spark_outbox.core.results_digest).
+# Reconciliation compares it with what the table holds now, naming rows that are
+# missing or changed; a later batch that wrote the same key explains a change.
+# No foreign key to batches (the commit's cost per row); retention drops the rows
+# of batches older than its horizon.
+batch_result_rows = sa.Table(
+    "batch_result_rows",
+    metadata,
+    sa.Column("batch_ref", sa.BigInteger, nullable=False),  # batches.id
+    sa.Column("key", pg.JSONB, nullable=False),
+    sa.Column("row_sha256", sa.Text, nullable=False),
+    sa.PrimaryKeyConstraint("batch_ref", "key"),
+    # "Did a later batch write this key?" (one probe per changed row).
+    sa.Index(None, "key", "batch_ref"),
 )
 
 # The outbox. No foreign key to endpoints on purpose: endpoints are never

@@ -9,7 +9,8 @@ transaction, step by step (each a function below, each statement in commit.sql):
 2. insert the marker: the fence; a conflict means another run won: roll back;
 3. check that every staged row the succeeded tasks reported is there;
 4. refuse the batch if on_invalid="fail" and it has rejects;
-5. merge the result rows into the user's table; move the rejects;
+5. merge the result rows into the user's table, recording each for the batch
+   (reconciliation re-reads the table); move the rejects;
 6. take the visibility lock, then take over the deferred keys still held by a
    run without a marker; count new (per endpoint), deduplicated and mismatched effects;
 7. the volume guard (spark_outbox.spark.guard): an outsized batch is held, its effects
@@ -35,10 +36,10 @@ from spark_outbox.core import db, wakeup
 from spark_outbox.core.errors import DatabaseUnavailable
 from spark_outbox.core.schema import VISIBILITY_LOCK_ID
 from spark_outbox.core.sqlfile import queries_beside
-from spark_outbox.spark import guard, notices, phases
+from spark_outbox.spark import guard, notices, phases, results
 from spark_outbox.spark.outcome import BatchCounts, BatchNotCommitted, BatchOutcome, InvalidRows
 from spark_outbox.spark.protocol import TaskReport
-from spark_outbox.spark.results import ResultsSpec, apply_statement
+from spark_outbox.spark.results import ResultsSpec
 from spark_outbox.spark.runs import read_marker
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
     started = time.monotonic()
     with engine.connect() as conn:
         claim_run(conn, request)
-        if not insert_marker(conn, request):
+        marker_id = insert_marker(conn, request)
+        if marker_id is None:
             conn.rollback()
             return BatchOutcome(
                 job=request.job,
@@ -104,7 +106,7 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
             )
         check_staged(conn, request, written)
         refuse_invalid(conn, request, written)
-        result_rows = merge_results(conn, request, written)
+        result_rows = merge_results(conn, request, written, marker_id)
         rejects = move_rejects(conn, request, written)
         conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
         counts, by_endpoint, keys = resolve_effects(conn, request, written, result_rows, rejects)
@@ -129,15 +131,22 @@ def claim_run(conn: Connection, request: CommitRequest) -> None:
         )
 
 
-def insert_marker(conn: Connection, request: CommitRequest) -> bool:
-    """The fence; False when another run holds the batch (it committed first)."""
+def insert_marker(conn: Connection, request: CommitRequest) -> int | None:
+    """The fence: the marker's id; None when another run holds the batch (it
+    committed first). It names where the result rows go (reconciliation reads it)."""
+    spec = request.results
     params = {
         "job": request.job,
         "batch_id": request.batch_id,
         "run_id": request.run_id,
         "spark_app_id": request.spark_app_id,
+        "results_table": spec.table if spec else None,
+        "result_keys": list(spec.conflict_keys) if spec else None,
+        "result_columns": list(request.result_columns) if spec else None,
+        "result_stamp": list(spec.batch_columns) if spec and spec.batch_columns else None,
     }
-    return conn.execute(_Q["insert_marker"], params).first() is not None
+    found = conn.execute(_Q["insert_marker"], params).first()
+    return None if found is None else int(found[0])
 
 
 def check_staged(conn: Connection, request: CommitRequest, written: Written) -> None:
@@ -172,12 +181,20 @@ def refuse_invalid(conn: Connection, request: CommitRequest, written: Written) -
     )
 
 
-def merge_results(conn: Connection, request: CommitRequest, written: Written) -> int:
+def merge_results(
+    conn: Connection, request: CommitRequest, written: Written, marker_id: int
+) -> int:
+    """The result rows into the user's table, each recorded for the batch."""
     if request.results is None or not written.total("rows", "results"):
         return 0
-    statement = apply_statement(conn, request.results, request.result_columns)
-    params = {"run_id": request.run_id, "task_ids": written.ids("results")}
-    return int(conn.execute(statement, params).rowcount)
+    return results.merge(
+        conn,
+        request.results,
+        request.result_columns,
+        run_id=request.run_id,
+        task_ids=written.ids("results"),
+        batch_ref=marker_id,
+    )
 
 
 def move_rejects(conn: Connection, request: CommitRequest, written: Written) -> int:
