@@ -228,3 +228,31 @@ def test_retention_settings_are_read_and_checked_at_start() -> None:
         Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "soon"})
     with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_BATCH_SIZE=0"):
         Settings.from_env(env={"OUTBOX_RETENTION_BATCH_SIZE": "0"})
+
+
+def test_purge_drops_what_old_batches_recorded_of_their_result_rows(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for batch_id, age in (("old", "40 days"), ("new", "1 day")):
+            ref = conn.execute(
+                sa.text(
+                    "INSERT INTO batches (job, batch_id, run_id, committed_at)"
+                    f" VALUES ('j', :b, gen_random_uuid(), now() - interval '{age}') RETURNING id"
+                ),
+                {"b": batch_id},
+            ).scalar_one()
+            conn.execute(
+                sa.text(
+                    "INSERT INTO batch_result_rows (batch_ref, key, row_sha256)"
+                    " SELECT :ref, jsonb_build_object('id', g), 'x' FROM generate_series(1, 5) g"
+                ),
+                {"ref": ref},
+            )
+    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=2)
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.text(
+                "SELECT b.batch_id, count(*) FROM batch_result_rows r"
+                " JOIN batches b ON b.id = r.batch_ref GROUP BY 1"
+            )
+        ).all()
+    assert [tuple(r) for r in left] == [("new", 5)]

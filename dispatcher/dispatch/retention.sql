@@ -62,6 +62,15 @@ UPDATE effects e SET last_error = s.last_error
 FROM unnest(CAST(:ids AS bigint[]), CAST(:errors AS text[])) AS s(id, last_error)
 WHERE e.id = s.id;
 
+-- name: purge_result_rows
+-- What batches committed before the cutoff recorded of their result rows (only
+-- reconciliation reads it, and reports a batch without it as not comparable):
+-- a small batch per transaction; the batches table holds one row per batch.
+DELETE FROM batch_result_rows WHERE (batch_ref, key) IN (
+    SELECT r.batch_ref, r.key FROM batch_result_rows r
+    WHERE r.batch_ref IN (SELECT b.id FROM batches b WHERE b.committed_at < :cutoff)
+    LIMIT :batch_size);
+
 -- name: purge_mismatches
 -- enqueue()'s payload mismatches older than the cutoff (ix_enqueue_mismatches_at):
 -- they matter for the day status shows, not for the history.
