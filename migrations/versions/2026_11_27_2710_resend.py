@@ -25,7 +25,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
 revision = "2710"
 down_revision = "1804"
 branch_labels = None
