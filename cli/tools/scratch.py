@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
+import psycopg2.errors
 from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
@@ -73,9 +74,24 @@ def create_database(server_url: str, name: str, *, template: str | None = None) 
 
 
 def drop_database(server_url: str, name: str) -> None:
-    """Drop ``name`` if it exists, closing its sessions."""
+    """Drop ``name`` if it exists, closing its sessions.
+
+    ``WITH (FORCE)`` refuses a role without superuser while an autovacuum worker is
+    in the database (PostgreSQL 15 checks its right to terminate that worker: "must
+    be a member of the role whose process is being terminated"): then our own
+    sessions are closed by hand and a plain DROP, which cancels autovacuum itself,
+    follows."""
+    database = sql.Identifier(name)
     with _admin(server_url) as cur:
-        cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        try:
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(database))
+        except psycopg2.errors.InsufficientPrivilege:
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND usename = current_user AND pid <> pg_backend_pid()",
+                (name,),
+            )
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(database))
 
 
 def recreate_database(server_url: str, name: str) -> str:
