@@ -193,3 +193,32 @@ def test_the_cli_requeues_an_expired_effect_only_with_a_new_send_by_time(
     out = capsys.readouterr().out
     assert f"requeued {KEY}: pending, due now, send-by time {later}" in out
     assert re.search(r"^send_by +\d{4}-", out, re.MULTILINE)
+
+
+def test_a_resend_past_the_send_by_time_is_refused_and_a_bulk_resend_counts_it(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        for name, offset_s in (("late", -1), ("fine", 3600)):
+            enqueue(
+                conn,
+                idempotency_key=effect_key("resend", name),
+                endpoint="billing-webhook",
+                payload={},
+                recipient="ada@example.com",
+                expires_at=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=offset_s),
+            )
+        conn.execute(sa.text("UPDATE effects SET state = 'delivered', delivered_at = now()"))
+    auth = api_tokens.auth("operator")
+    late = effect_key("resend", "late")
+    one = client.post(
+        f"/v1/effects/{late}/resend", json={"reason": "lost", "dry_run": False}, headers=auth
+    )
+    assert one.status_code == 409 and "send-by time" in one.json()["detail"]
+    bulk = client.post(
+        "/v1/effects/bulk-resend",
+        json={"reason": "lost", "recipient": "ada@example.com", "dry_run": True},
+        headers=auth,
+    ).json()
+    assert bulk["matched"] == 1 and bulk["refused"] == {"past its send-by time": 1}
+    assert _state(engine, late)[0] == "delivered"
