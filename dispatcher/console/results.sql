@@ -11,14 +11,14 @@ SELECT count(*) FROM batch_result_rows WHERE batch_ref = :batch_ref;
 -- looked up in the results table by its conflict key (the table's unique index):
 -- gone, holding what the batch wrote (the digest, under pinned settings), or
 -- holding something else, then explained only by a later batch of the same
--- table that wrote the key (ix_batch_result_rows_key_batch_ref).
+-- table that wrote the key: one probe of pk_batch_result_rows per later batch
+-- (batches holds one row per batch), asked of a changed row only.
 SELECT w.key,
        CASE WHEN t.{first_key} IS NULL THEN 'missing'
             WHEN {digest} = w.row_sha256 THEN 'as_written'
-            WHEN EXISTS (SELECT 1 FROM batch_result_rows l
-                         JOIN batches lb ON lb.id = l.batch_ref
-                         WHERE l.key = w.key AND l.batch_ref > w.batch_ref
-                           AND lb.results_table = :results_table)
+            WHEN EXISTS (SELECT 1 FROM batches lb
+                         JOIN batch_result_rows l ON l.batch_ref = lb.id AND l.key = w.key
+                         WHERE lb.id > w.batch_ref AND lb.results_table = :results_table)
             THEN 'overwritten'
             ELSE 'changed' END AS category
 FROM batch_result_rows w

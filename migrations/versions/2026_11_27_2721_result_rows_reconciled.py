@@ -44,12 +44,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("batch_ref", "key", name=op.f("pk_batch_result_rows")),
         if_not_exists=True,
     )
-    op.create_index(
-        op.f("ix_batch_result_rows_key_batch_ref"),
-        "batch_result_rows",
-        ["key", "batch_ref"],
-        if_not_exists=True,
-    )
 
 
 def downgrade() -> None:
