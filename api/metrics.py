@@ -67,6 +67,12 @@ class QueueCollector(Collector):
             "batches and by enqueue())",
             value=gauges.mismatches_24h,
         )
+        yield GaugeMetricFamily(
+            "outbox_recent_expired_effects",
+            "Effects whose send-by time (expires_at) passed before they were sent, in the "
+            "last 24 h: never sent",
+            value=gauges.expired_24h,
+        )
 
 
 def _endpoint_families(states: list[EndpointState]) -> Iterator[Metric]:

@@ -41,7 +41,8 @@ def effect_filter(
         str | None, _text(MAX_REFERENCE_CHARS, "business reference (an invoice number), exact")
     ] = None,
     state: Annotated[
-        str | None, Query(description="pending, leased, delivered, dead, cancelled or uncertain")
+        str | None,
+        Query(description="pending, leased, delivered, dead, cancelled, uncertain or expired"),
     ] = None,
     key_prefix: Annotated[
         str | None,

@@ -42,7 +42,8 @@ class EffectPublic(Public):
     state: str
     attempt_count: int
     next_attempt_at: Instant | None = Field(
-        description="when the next attempt is due; null once finished (delivered, dead, cancelled)"
+        description="when the next attempt is due; null once finished (delivered, dead, "
+        "cancelled, expired)"
     )
     created_at: Instant
     updated_at: Instant
@@ -64,6 +65,11 @@ class EffectRecordPublic(EffectPublic):
     )
     resend_action_id: int | None = Field(
         None, description="the operator action of the latest resend asked for (see resend)"
+    )
+    expires_at: Instant | None = Field(
+        None,
+        description="the send-by time: after it the effect is never sent and ends expired "
+        "(null: none)",
     )
 
 
@@ -138,6 +144,7 @@ class LiveCounts(BaseModel):
     dead: int
     cancelled: int
     uncertain: int
+    expired: int
     rejects: int
 
 
@@ -154,6 +161,10 @@ class StateCounts(BaseModel):
     cancelled: int
     uncertain: int = Field(
         description="sends that started with an unknown outcome: an operator decides"
+    )
+    expired: int = Field(
+        description="effects whose send-by time (expires_at) passed before they were sent: "
+        "never sent"
     )
 
 
@@ -260,6 +271,14 @@ class ActionCreate(BaseModel):
     )
 
 
+class RequeueCreate(ActionCreate):
+    expires_at: dt.datetime | None = Field(
+        None,
+        description="a new send-by time (with a zone, in the future); needed when the "
+        "effect's own has passed, as an expired effect's has",
+    )
+
+
 class ActionDonePublic(BaseModel):
     action: str
     target: str
@@ -346,6 +365,20 @@ class ReconciliationLinePublic(Public):
     meaning: str
 
 
+class ResultLinePublic(ReconciliationLinePublic):
+    keys: list[dict[str, Any]] = Field(
+        description="the conflict keys of the first rows of the category (up to 20), by name"
+    )
+
+
+class ResultsCheckPublic(Public):
+    table: str | None = Field(description="the results table (null: the batch wrote none)")
+    recorded: int = Field(description="result rows the batch recorded writing")
+    lines: list[ResultLinePublic]
+    cannot_know: list[str] = Field(description="what this check cannot tell, and why")
+    unexplained: int
+
+
 class ReconciliationPublic(Public):
     job: str
     batch_id: str
@@ -355,7 +388,16 @@ class ReconciliationPublic(Public):
     payload_mismatches: int
     attempts: int
     lines: list[ReconciliationLinePublic]
-    unexplained: int = Field(description="rows no category explains; 0 when all adds up")
+    foreign_keys: list[str] = Field(
+        description="keys of the first effect rows carrying the batch's job and batch id that "
+        "its run did not write (category foreign)"
+    )
+    results: ResultsCheckPublic = Field(
+        description="the batch's result rows against what its results table holds now"
+    )
+    unexplained: int = Field(
+        description="rows no category explains, effects and result rows; 0 when all adds up"
+    )
 
 
 class ErasureCreate(ActionCreate):

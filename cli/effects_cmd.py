@@ -1,4 +1,5 @@
-"""``outbox effects list|show`` and ``outbox rejects list|requeue``: find things without psql.
+"""``outbox effects list|show`` and ``outbox rejects list|requeue``: find things without psql
+(``effects uncertain|resolve|requeue`` live in modules of their own).
 
 The same read model as the API (``spark_outbox.console.audit``, ``spark_outbox.console.rejects``)
 and the same search rules: a batch's effects (``--job`` + ``--batch-id``) need
@@ -16,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from spark_outbox.cli import lookup_cmd, output, resend_cmd, uncertain_cmd
+from spark_outbox.cli import lookup_cmd, output, requeue_cmd, resend_cmd, uncertain_cmd
 from spark_outbox.cli.database import cli_actor, database_url
 from spark_outbox.cli.filter_args import instant
 from spark_outbox.console import audit, lists, rejects
@@ -52,7 +53,7 @@ def register(sub: Any) -> None:
     )
     ls.add_argument(
         "--state",
-        help="pending, leased, delivered, dead, cancelled or uncertain (default: any)",
+        help="pending, leased, delivered, dead, cancelled, uncertain or expired (default: any)",
     )
     ls.add_argument(
         "--since",
@@ -71,6 +72,7 @@ def register(sub: Any) -> None:
     uncertain_cmd.register(cmds)
     lookup_cmd.register(cmds)
     resend_cmd.register(cmds)
+    requeue_cmd.register(cmds)
 
     r = sub.add_parser("rejects", help="rows a batch refused, with the reasons")
     rcmds = r.add_subparsers(dest="rejects_command", required=True, metavar="ACTION")
@@ -179,6 +181,7 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
         ("created_at", e.created_at),
         ("delivered_at", e.delivered_at),
         ("next_attempt_at", e.next_attempt_at),
+        ("send_by", e.expires_at),
         ("last_error", e.last_error),
         ("resend", resend),
         ("produced by", produced),

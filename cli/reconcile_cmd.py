@@ -1,5 +1,6 @@
 """``outbox reconcile JOB [BATCH] [--json]``: every batch's rows, effects and deliveries,
-each difference explained; exit 1 when anything is unexplained (dispatcher/console/reconcile.py)."""
+and its result rows against the results table now, each difference explained, the
+unexplained named; exit 1 when anything is unexplained (dispatcher/console/reconcile.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from spark_outbox.cli import output
 from spark_outbox.cli.database import engine_for
-from spark_outbox.console import reconcile
+from spark_outbox.console import reconcile, results
 from spark_outbox.core.settings import Settings
 
 
@@ -34,8 +35,25 @@ def render(r: reconcile.BatchReconciliation) -> list[str]:
         lines.append(f"  {mark} {line.category:21} {line.count:8}  {line.meaning}")
     if r.payload_mismatches:
         lines.append(f"     ({r.payload_mismatches} deduplicated row(s) had another payload)")
+    if r.foreign_keys:
+        lines.append(f"     foreign effect keys: {', '.join(r.foreign_keys)}")
+    lines += _results(r.results)
     verdict = "every row explained" if not r.unexplained else f"UNEXPLAINED: {r.unexplained}"
     lines.append(f"     {verdict}")
+    return lines
+
+
+def _results(check: results.ResultsCheck) -> list[str]:
+    """The result rows against the table now, unexplained ones named by key."""
+    if check.table is None and not check.cannot_know:
+        return []
+    lines = [f"  result rows in {check.table or '?'}: {check.recorded} recorded"]
+    for line in check.lines:
+        mark = "  " if line.explained else "!!"
+        lines.append(f"  {mark} {line.category:21} {line.count:8}  {line.meaning}")
+        if not line.explained:
+            lines += [f"       {output.dumps(key)}" for key in line.keys]
+    lines += [f"     cannot know: {note}" for note in check.cannot_know]
     return lines
 
 

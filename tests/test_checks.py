@@ -102,6 +102,16 @@ rows = st.fixed_dictionaries(
         "not_before": st.one_of(
             st.none(), st.just(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
         ),
+        # None, before or at not_before (never sendable: a reject), after it, or long past.
+        "expires_at": st.sampled_from(
+            [
+                None,
+                dt.datetime(2026, 1, 2, 3, 4, 4, tzinfo=dt.UTC),
+                dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+                dt.datetime(2026, 1, 2, 3, 4, 5, 1, tzinfo=dt.UTC),
+                dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
+            ]
+        ),
     }
 )
 
@@ -113,6 +123,7 @@ def _expected(row: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any
         return None, {"reason": reason, "raw_row": json.loads(raw_json(row))}
     valid = {k: row[k] for k in ("idempotency_key", "endpoint", "recipient", "ordering_key")}
     valid |= {"reference": row["reference"], "not_before": row["not_before"]}
+    valid |= {"expires_at": row["expires_at"]}
     valid |= {"supersedes": row["supersedes"]}
     valid |= {"payload": data.decode("utf-8"), "payload_sha256": payload_sha256(data)}
     return valid, None
@@ -275,6 +286,14 @@ stored_rows = st.lists(
                     timezones=st.just(dt.UTC),
                 ),
             ),
+            "expires_at": st.one_of(
+                st.none(),
+                st.datetimes(
+                    min_value=dt.datetime(2200, 1, 2),
+                    max_value=dt.datetime(2300, 1, 1),
+                    timezones=st.just(dt.UTC),
+                ),
+            ),
         }
     ),
     min_size=1,
@@ -322,7 +341,7 @@ def test_any_valid_row_survives_the_binary_copy_unchanged(
         stored = c.execute(
             sa.text(
                 "SELECT idempotency_key, recipient, ordering_key, reference, "
-                "payload_sha256, next_attempt_at, job, batch_id, created_at "
+                "payload_sha256, next_attempt_at, job, batch_id, created_at, expires_at "
                 "FROM effects WHERE run_id = CAST(:run_id AS uuid)"
             ),
             {"run_id": run_id},
@@ -330,8 +349,9 @@ def test_any_valid_row_survives_the_binary_copy_unchanged(
     valid = {k: v for k, v in expected.items() if v is not None}
     assert report.rows == len(valid)
     assert len(stored) == len(valid)
-    for key, recipient, ordering, reference, sha, due, job, batch, created in stored:
+    for key, recipient, ordering, reference, sha, due, job, batch, created, expires in stored:
         want = valid[key]
+        assert expires == want["expires_at"]
         assert (recipient, ordering, reference, job, batch) == (
             want["recipient"], want["ordering_key"], want["reference"], "t", "b1",
         )  # fmt: skip

@@ -6,14 +6,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
 from spark_outbox.billing import schema as billing_schema
-from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools import pgcluster, scratch
 from spark_outbox.core import db, revisions
 from spark_outbox.core.schema import metadata
 
@@ -140,12 +139,16 @@ def test_db_sql_output_builds_the_same_schema_as_the_migrations(
     ).stdout
     psql = scratch.create_empty_database(server_url)
     try:
-        conn = psycopg2.connect(db.libpq_url(psql))
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute(printed)
-        finally:
-            conn.close()
+        # Run as psql runs it (the output is meant for it): statement by statement,
+        # so an index built CONCURRENTLY after its revision's COMMIT can be built.
+        psql_bin = str(pgcluster.find_bin_dir() / "psql")
+        subprocess.run(
+            [psql_bin, "-qX", "-v", "ON_ERROR_STOP=1", "-f", "-", "-d", db.libpq_url(psql)],
+            input=printed,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         db.upgrade(empty_db_url)
         from_sql, from_migrations = _catalog(psql), _catalog(empty_db_url)
         assert from_sql == from_migrations
@@ -214,3 +217,22 @@ def test_an_upgrade_with_an_endpoint_out_of_bounds_stops_naming_it_and_the_fix(
         engine.dispose()
     with pytest.raises(sa.exc.DBAPIError, match=r"loud \(rate_limit_per_s: --rate-limit-per-s\)"):
         db.upgrade(empty_db_url)
+
+
+def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
+    empty_db_url: str,
+) -> None:
+    """2720 commits its first part before it validates and builds CONCURRENTLY: if
+    that part fails (say an index build), the revision stays unrecorded, and an
+    upgrade run again must redo it from the start over what was committed."""
+    db.upgrade(empty_db_url)
+    at_head = _catalog(empty_db_url)
+    engine = db.create_engine(empty_db_url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '2710'"))
+            conn.execute(sa.text("DROP INDEX ix_effects_expired"))
+    finally:
+        engine.dispose()
+    db.upgrade(empty_db_url)
+    assert _catalog(empty_db_url) == at_head

@@ -3,13 +3,17 @@ statement the commit runs, on staged rows written here, on a real PostgreSQL."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from spark_outbox.spark.results import ResultsSpec, apply_statement
+from spark_outbox.spark import results
+from spark_outbox.spark.results import ResultsSpec
+
+_BATCHES = itertools.count(1)
 
 
 def _stage(engine: Engine, rows: list[dict[str, object]]) -> uuid.UUID:
@@ -31,8 +35,8 @@ def _stage(engine: Engine, rows: list[dict[str, object]]) -> uuid.UUID:
 
 def _apply(engine: Engine, spec: ResultsSpec, columns: tuple[str, ...], run_id: uuid.UUID) -> int:
     with engine.begin() as conn:
-        statement = apply_statement(conn, spec, columns)
-        return int(conn.execute(statement, {"run_id": run_id, "task_ids": [1]}).rowcount)
+        batch = next(_BATCHES)
+        return results.merge(conn, spec, columns, run_id=str(run_id), task_ids=[1], batch_ref=batch)
 
 
 def _tallies(engine: Engine) -> list[tuple[object, ...]]:

@@ -26,11 +26,16 @@ THIRTY_DAYS_S = 30 * 86400.0
 
 
 def _history(engine: Engine) -> dict[str, Built]:
-    """Finished 40 days ago: delivered (after a retry), dead, cancelled; plus a recent
-    delivered one and a pending one."""
+    """Finished 40 days ago: delivered (after a retry), dead, cancelled, expired; plus a
+    recent delivered one and a pending one."""
     insert_billing_endpoints(engine)
     with engine.begin() as conn:
-        built = {name: add_effect(conn, name) for name in ("old-ok", "old-dead", "old-cancel")}
+        old = ("old-ok", "old-dead", "old-cancel", "old-expired")
+        built = {name: add_effect(conn, name) for name in old}
+        conn.execute(
+            sa.text("UPDATE effects SET state = 'expired' WHERE idempotency_key = :k"),
+            {"k": built["old-expired"].key},
+        )
         add_attempt(conn, built["old-ok"], "retry", status_code=503)
         add_attempt(conn, built["old-ok"], "delivered", status_code=200)
         add_attempt(conn, built["old-dead"], "dead", status_code=400)
@@ -62,11 +67,11 @@ def _ledger(engine: Engine) -> dict[str, str]:
 def test_purge_keeps_stubs_and_the_keys_of_every_finished_state(engine: Engine) -> None:
     built = _history(engine)
     cutoff = retention.cutoff_for(THIRTY_DAYS_S)
-    assert retention.count_purgeable(engine, cutoff) == 3
-    done = retention.purge(engine, cutoff, batch_size=2)  # two batches
-    assert (done.effects, done.attempts, done.batches) == (3, 3, 2)
+    assert retention.count_purgeable(engine, cutoff) == 4
+    done = retention.purge(engine, cutoff, batch_size=2)  # two batches (expired: a range apart)
+    assert (done.effects, done.attempts, done.batches) == (4, 3, 2)
     rows = _rows(engine)
-    for name in ("old-ok", "old-dead", "old-cancel"):
+    for name in ("old-ok", "old-dead", "old-cancel", "old-expired"):
         row = rows[built[name].key]
         assert row["payload"] == {} and row["purged_at"] is not None and row["attempts"] == 0
     assert rows[built["old-dead"].key]["state"] == "dead"  # the stub keeps its final state
@@ -76,6 +81,7 @@ def test_purge_keeps_stubs_and_the_keys_of_every_finished_state(engine: Engine) 
         built["old-ok"].key: "delivered",
         built["old-dead"].key: "dead",
         built["old-cancel"].key: "cancelled",
+        built["old-expired"].key: "expired",
         built["new-ok"].key: "delivered",
     }
     assert retention.purge(engine, cutoff, batch_size=2).effects == 0  # nothing left
@@ -86,7 +92,7 @@ def test_a_purged_key_is_never_enqueued_requeued_or_recovered_again(engine: Engi
     retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM effects WHERE purged_at IS NOT NULL"))  # stubs gone too
-    for name in ("old-ok", "old-dead", "old-cancel"):
+    for name in ("old-ok", "old-dead", "old-cancel", "old-expired"):
         with engine.begin() as conn:
             again = enqueue(
                 conn, idempotency_key=built[name].key, endpoint="billing-webhook", payload={}
@@ -143,7 +149,7 @@ def test_a_locked_row_is_skipped_not_waited_for(engine: Engine, db_url: str) -> 
                 {"k": built["old-dead"].key},
             )
             cutoff = retention.cutoff_for(THIRTY_DAYS_S)
-            assert retention.purge(impatient, cutoff, batch_size=100).effects == 2
+            assert retention.purge(impatient, cutoff, batch_size=100).effects == 3
             tx.rollback()
         assert retention.purge(impatient, cutoff, batch_size=100).effects == 1  # its turn now
     finally:
@@ -168,7 +174,7 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
 
     assert asyncio.run(main()) == 0
     assert {k for k, r in _rows(engine).items() if r["purged_at"]} == {
-        built[n].key for n in ("old-ok", "old-dead", "old-cancel")
+        built[n].key for n in ("old-ok", "old-dead", "old-cancel", "old-expired")
     }
     with engine.connect() as conn:
         actor, details = conn.execute(
@@ -223,3 +229,31 @@ def test_retention_settings_are_read_and_checked_at_start() -> None:
         Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "soon"})
     with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_BATCH_SIZE=0"):
         Settings.from_env(env={"OUTBOX_RETENTION_BATCH_SIZE": "0"})
+
+
+def test_purge_drops_what_old_batches_recorded_of_their_result_rows(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for batch_id, age in (("old", "40 days"), ("new", "1 day")):
+            ref = conn.execute(
+                sa.text(
+                    "INSERT INTO batches (job, batch_id, run_id, committed_at)"
+                    f" VALUES ('j', :b, gen_random_uuid(), now() - interval '{age}') RETURNING id"
+                ),
+                {"b": batch_id},
+            ).scalar_one()
+            conn.execute(
+                sa.text(
+                    "INSERT INTO batch_result_rows (batch_ref, key, row_sha256)"
+                    " SELECT :ref, jsonb_build_object('id', g), 'x' FROM generate_series(1, 5) g"
+                ),
+                {"ref": ref},
+            )
+    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=2)
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.text(
+                "SELECT b.batch_id, count(*) FROM batch_result_rows r"
+                " JOIN batches b ON b.id = r.batch_ref GROUP BY 1"
+            )
+        ).all()
+    assert [tuple(r) for r in left] == [("new", 5)]

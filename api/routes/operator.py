@@ -21,6 +21,7 @@ from spark_outbox.api.schemas import (
     OperatorActionPublic,
     RejectsRequeueCreate,
     RejectsRequeuePublic,
+    RequeueCreate,
 )
 from spark_outbox.console import audit, erasure, holds, operations, rejects, subjects
 from spark_outbox.console.filters import build_filter
@@ -29,9 +30,10 @@ router = APIRouter(tags=["operate"])
 
 
 @router.post("/v1/effects/{key}/requeue", response_model=ActionDonePublic, responses=WRITE_ERRORS)
-def requeue(conn: Conn, token: Operator, key: Key, body: ActionCreate) -> ActionDonePublic:
-    """A dead effect becomes pending, due now; its attempt history stays."""
-    operations.requeue(conn, key, actor=token.name, reason=body.reason)
+def requeue(conn: Conn, token: Operator, key: Key, body: RequeueCreate) -> ActionDonePublic:
+    """A dead or expired effect becomes pending, due now; its attempt history stays. Past
+    its send-by time it needs a new one (expires_at), else 422 naming the field."""
+    operations.requeue(conn, key, actor=token.name, reason=body.reason, expires_at=body.expires_at)
     return ActionDonePublic(action="requeue", target=key)
 
 

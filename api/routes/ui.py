@@ -51,7 +51,7 @@ from spark_outbox.console import (
     tokens,
     uncertain,
 )
-from spark_outbox.core import tracing
+from spark_outbox.core import timestamps, tracing
 from spark_outbox.core.errors import NotFound, OutboxError
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.timestamps import iso
@@ -256,13 +256,15 @@ def act(
     action: str,
     reason: Annotated[str, Form()],
     csrf: Annotated[str, Form()],
+    expires_at: Annotated[str, Form()] = "",
 ) -> Response:
     """The requeue, cancel, mark-delivered, send-again and resend buttons (operators
-    only, CSRF-checked)."""
+    only, CSRF-checked); a requeue may carry a new send-by time."""
     _check_csrf(tokens.csrf_token(cookie), csrf)
     tokens.require_operator(token)
     if action == "requeue":
-        operations.requeue(conn, key, actor=token.name, reason=reason)
+        send_by = timestamps.parse("expires_at", expires_at) if expires_at.strip() else None
+        operations.requeue(conn, key, actor=token.name, reason=reason, expires_at=send_by)
     elif action == "cancel":
         operations.cancel(conn, key, actor=token.name, reason=reason)
     elif action in uncertain.ACTIONS:

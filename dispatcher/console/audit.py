@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine, RowMapping
 from spark_outbox.console.filters import Cursor, EffectFilter, check_limit
 from spark_outbox.core import masking, tracing
 from spark_outbox.core.errors import NotFound
+from spark_outbox.core.schema import EFFECT_STATES
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "audit.sql")
@@ -28,6 +29,7 @@ _LEDGER_VERBS = {
     "delivered": "delivered to",
     "dead": "dead-lettered on",
     "cancelled": "cancelled on",
+    "expired": "expired unsent (its send-by time passed) on",
 }
 
 T = TypeVar("T")
@@ -55,7 +57,7 @@ class EffectSummary:
     reference: str | None
     state: str
     attempt_count: int
-    next_attempt_at: dt.datetime | None  # None once finished: delivered, dead, cancelled
+    next_attempt_at: dt.datetime | None  # None once finished: delivered, dead, cancelled, expired
     created_at: dt.datetime
     updated_at: dt.datetime
     delivered_at: dt.datetime | None
@@ -73,6 +75,7 @@ class EffectRecord(EffectSummary):
     lease_expires_at: dt.datetime | None
     supersedes: str | None  # a correction: the key of the effect it replaces
     resend_action_id: int | None  # the operator's latest resend of it (operator_actions.id)
+    expires_at: dt.datetime | None  # the send-by time: never sent after it (None: none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +146,8 @@ class EffectPage:
 @dataclasses.dataclass(frozen=True)
 class BatchDetail:
     marker: BatchMarker
-    # pending, leased, delivered, dead, cancelled (all present, zero if none) and rejects.
+    # pending, leased, delivered, dead, cancelled, uncertain, expired (all present, zero
+    # if none) and rejects.
     live: dict[str, int]
 
 
@@ -281,7 +285,7 @@ def batch_detail(conn: Connection, job: str, batch_id: str) -> BatchDetail:
     if found is None:
         raise NotFound(f"no committed batch {batch_id!r} of job {job!r}")
     params = {"job": job, "batch_id": batch_id}
-    live = dict.fromkeys(("pending", "leased", "delivered", "dead", "cancelled", "uncertain"), 0)
+    live = dict.fromkeys(EFFECT_STATES, 0)
     for state, n in conn.execute(_Q["batch_live_counts"], params):
         live[state] = n
     live["rejects"] = conn.execute(_Q["batch_reject_count"], params).scalar_one()

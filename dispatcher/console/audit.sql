@@ -1,15 +1,15 @@
 -- name: effect_by_key
 -- One effect by its key (uq_effects_idempotency_key). A finished effect (delivered,
--- dead, cancelled) has no next attempt, whatever the column still holds, and
--- neither has an uncertain one: nothing sends it before an operator decides.
+-- dead, cancelled, expired) has no next attempt, whatever the column still holds,
+-- and neither has an uncertain one: nothing sends it before an operator decides.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state,
        attempt_count,
-       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain') THEN NULL
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain', 'expired') THEN NULL
             WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error,
        purged_at, payload, payload_sha256, ordering_key, lease_owner, lease_expires_at,
-       supersedes, resend_action_id
+       supersedes, resend_action_id, expires_at
 FROM visible_effects
 WHERE idempotency_key = :key;
 
@@ -53,7 +53,7 @@ WHERE idempotency_key = :key;
 -- LIMIT NULL (the CSV export) means no limit; since and until are NULL for a narrow
 -- search (filters.py), which any age may match.
 SELECT id, idempotency_key, job, batch_id, endpoint, recipient, reference, state, attempt_count,
-       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain') THEN NULL
+       CASE WHEN state IN ('delivered', 'dead', 'cancelled', 'uncertain', 'expired') THEN NULL
             WHEN next_attempt_at = 'infinity' THEN NULL  -- a held batch's
             ELSE next_attempt_at END AS next_attempt_at,
        created_at, updated_at, delivered_at, last_error, purged_at

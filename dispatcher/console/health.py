@@ -96,6 +96,7 @@ class QueueGauges:
     live_workers: int
     held: holds.HeldCounts
     mismatches_24h: int
+    expired_24h: int  # effects whose send-by time passed unsent, the last 24 h
 
 
 def status(conn: Connection) -> Status:
@@ -193,4 +194,5 @@ def queue_gauges(conn: Connection) -> QueueGauges:
         live_workers=len(workers),
         held=holds.held_counts(conn),
         mismatches_24h=int(conn.execute(_Q["mismatch_total"]).scalar_one()),
+        expired_24h=int(conn.execute(_Q["expired_total"]).scalar_one()),
     )

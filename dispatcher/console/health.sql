@@ -98,3 +98,9 @@ FROM enqueue_mismatches
 WHERE at > now() - interval '24 hours'
 ORDER BY at DESC, id DESC
 LIMIT 20;
+
+-- name: expired_total
+-- /metrics: effects that expired unsent in the last 24 h (ix_effects_expired: a
+-- range of recent expirations, however long the history).
+SELECT count(*) FROM effects
+WHERE state = 'expired' AND purged_at IS NULL AND updated_at > now() - interval '24 hours';

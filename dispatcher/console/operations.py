@@ -20,6 +20,7 @@ from spark_outbox.core import endpoints, wakeup
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.core.timestamps import iso
 
 _Q = queries_beside(__file__, "operations.sql")
 log = logging.getLogger(__name__)
@@ -54,12 +55,44 @@ def _refuse(conn: Connection, key: str, wanted: str, verb: str) -> Conflict | No
     return Conflict(f"effect {key} is {state}; only a {wanted} effect can be {verb}")
 
 
-def requeue(conn: Connection, key: str, *, actor: str, reason: str) -> None:
+def requeue(
+    conn: Connection,
+    key: str,
+    *,
+    actor: str,
+    reason: str,
+    expires_at: dt.datetime | None = None,
+) -> None:
+    """A dead or expired effect goes back to pending. ``expires_at``: a new send-by
+    time; needed when its own has passed (an expired one's always has): requeued
+    without one it would expire again unsent (docs/operations.md, "Send-by times")."""
     reason = check_reason(reason)
-    if conn.execute(_Q["requeue_dead"], {"key": key}).first() is None:
-        raise _refuse(conn, key, "dead", "requeued")
-    record_action(conn, actor=actor, action="requeue", target=key, reason=reason)
+    params = {"key": key, "expires_at": _future("expires_at", expires_at)}
+    if conn.execute(_Q["requeue_dead"], params).first() is None:
+        passed = conn.execute(_Q["send_by_passed"], {"key": key}).scalar()
+        if passed is not None:
+            raise InvalidRequest(
+                "expires_at",
+                f"the effect's send-by time {iso(passed)} has passed: requeued as it is, it "
+                "would expire again, unsent",
+                "give a new send-by time in the future if it is still worth sending "
+                "(--expires-at, or expires_at in the request)",
+            )
+        raise _refuse(conn, key, "dead or expired", "requeued")
+    details = {"expires_at": iso(expires_at)} if expires_at is not None else None
+    record_action(conn, actor=actor, action="requeue", target=key, reason=reason, details=details)
     wakeup.notify(conn, "requeued")
+
+
+def _future(field: str, at: dt.datetime | None) -> dt.datetime | None:
+    """An optional instant an operator gives: with a zone, and ahead of now."""
+    if at is None:
+        return None
+    if at.tzinfo is None:
+        raise InvalidRequest(field, f"{at.isoformat()} has no time zone", "append Z or +01:00")
+    if at <= dt.datetime.now(dt.UTC):
+        raise InvalidRequest(field, f"{iso(at)} is not in the future", "give a later time")
+    return at
 
 
 def cancel(conn: Connection, key: str, *, actor: str, reason: str) -> None:

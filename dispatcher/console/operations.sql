@@ -1,11 +1,21 @@
 -- name: requeue_dead
--- A dead effect goes back to pending, due now; its attempts count and the
--- delivery_attempts history stay (docs/design.md, the record protocol).
+-- A dead effect, or an expired one, goes back to pending, due now; its attempts
+-- count and the delivery_attempts history stay (docs/design.md, the record
+-- protocol). :expires_at (optional) replaces its send-by time; without a send-by
+-- time still ahead it is not requeued (it would only expire again, unsent).
 UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
-    lease_expires_at = NULL, updated_at = now()
-WHERE idempotency_key = :key AND state = 'dead' AND purged_at IS NULL
+    lease_expires_at = NULL, expires_at = COALESCE(CAST(:expires_at AS timestamptz), expires_at),
+    updated_at = now()
+WHERE idempotency_key = :key AND state IN ('dead', 'expired') AND purged_at IS NULL
+  AND COALESCE(CAST(:expires_at AS timestamptz), expires_at, 'infinity') > now()
 RETURNING id;
+
+-- name: send_by_passed
+-- Why a requeue did not apply to a dead or expired effect: its send-by time, if passed.
+SELECT expires_at FROM visible_effects
+WHERE idempotency_key = :key AND state IN ('dead', 'expired') AND purged_at IS NULL
+  AND expires_at <= now();
 
 -- name: cancel_pending
 -- Only a pending effect can be cancelled: a leased one is being sent right now,
@@ -26,11 +36,13 @@ FROM visible_effects WHERE idempotency_key = :key;
 
 -- name: count_dead_matching
 -- The bulk requeue's dry run: how many dead effects the filter matches, counted
--- up to cap + 1 so that a huge match costs no more than the cap.
+-- up to cap + 1 so that a huge match costs no more than the cap. Effects past
+-- their send-by time are left dead by the bulk actions (one by one, a requeue
+-- with a new send-by time sends one).
 SELECT count(*) FROM (
     SELECT 1 FROM visible_effects
     WHERE state = 'dead' AND created_at >= :since AND created_at < :until
-      AND purged_at IS NULL
+      AND purged_at IS NULL AND (expires_at IS NULL OR expires_at > now())
       AND (CAST(:job AS text) IS NULL OR job = :job)
       AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
       AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
@@ -46,7 +58,7 @@ UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
 WHERE state = 'dead' AND created_at >= :since AND created_at < :until
-  AND purged_at IS NULL
+  AND purged_at IS NULL AND (expires_at IS NULL OR expires_at > now())
   AND (CAST(:job AS text) IS NULL OR job = :job)
   AND (CAST(:batch_id AS text) IS NULL OR batch_id = :batch_id)
   AND (CAST(:endpoint AS text) IS NULL OR endpoint = :endpoint)
@@ -61,7 +73,7 @@ RETURNING idempotency_key;
 SELECT count(*) FROM (
     SELECT 1 FROM effects
     WHERE state = 'dead' AND endpoint = :endpoint AND updated_at >= :since
-      AND purged_at IS NULL
+      AND purged_at IS NULL AND (expires_at IS NULL OR expires_at > now())
     LIMIT :cap_plus_one
 ) matching;
 
@@ -72,4 +84,5 @@ UPDATE effects
 SET state = 'pending', next_attempt_at = now(), lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = now()
 WHERE state = 'dead' AND endpoint = :endpoint AND updated_at >= :since AND purged_at IS NULL
+  AND (expires_at IS NULL OR expires_at > now())
 RETURNING idempotency_key;

@@ -1,10 +1,14 @@
-"""Reconciliation: per batch, the job's rows <-> effects <-> deliveries, every difference
-explained by a category, or counted as unexplained.
+"""Reconciliation: per batch, the job's rows <-> effects <-> deliveries, and its result
+rows <-> what the results table holds now; every difference explained by a
+category, or reported as unexplained.
 
 The batch marker says what the job emitted (result rows; effect rows, split into
 rejected, deduplicated and new); the effect rows of the batch say what became of
-the new ones (delivered, pending, dead, cancelled, purged). What does not add up
-is unexplained, and ``outbox reconcile`` exits non-zero on it.
+the new ones (delivered, pending, dead, cancelled, expired, purged). Rows its run
+did not write (``foreign``, named) never make up for rows that are gone
+(``missing``). The result rows are compared by content, row by row
+(spark_outbox.console.results). What does not add up is unexplained, and
+``outbox reconcile`` exits non-zero on it.
 
 Categories are a table, not if-chains: a new effect state (``held``, ``uncertain``)
 is one row in ``STATE_CATEGORY`` and one in ``CATEGORIES``.
@@ -18,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from spark_outbox.console import audit
+from spark_outbox.console import audit, results
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "reconcile.sql")
@@ -57,9 +61,25 @@ CATEGORIES = {
             "its send started and the outcome is unknown (the endpoint cannot deduplicate): "
             "an operator marks it delivered or sends it again",
         ),
+        Category(
+            "expired",
+            True,
+            "its send-by time (expires_at) passed before it was sent: never sent (see last_error)",
+        ),
         Category("purged", True, "finished, then retention removed its payload and attempts"),
-        Category("missing", False, "counted new at commit, but no effect row of the batch exists"),
+        Category(
+            "missing",
+            False,
+            "counted new at commit, but no effect row its run wrote exists (counted: the "
+            "batch's keys are not kept one by one)",
+        ),
         Category("unexpected", False, "an effect row of the batch the marker did not count"),
+        Category(
+            "foreign",
+            False,
+            "an effect row carrying the batch's job and batch id that its run did not write "
+            "(named in foreign_keys)",
+        ),
         Category("rejects_missing", False, "counted rejected at commit, not in the rejects table"),
         Category(
             "delivered_unrecorded",
@@ -79,6 +99,7 @@ STATE_CATEGORY = {
     "cancelled": "cancelled",
     "held": "held",
     "uncertain": "uncertain",
+    "expired": "expired",
     "purged": "purged",
 }
 
@@ -101,10 +122,13 @@ class BatchReconciliation:
     payload_mismatches: int  # of the deduplicated rows, those whose payload differed
     attempts: int  # delivery attempts counted on the batch's effects
     lines: list[Line]
+    foreign_keys: list[str]  # the first effect rows the batch's run did not write
+    results: results.ResultsCheck  # its result rows against the table now
 
     @property
     def unexplained(self) -> int:
-        return sum(line.count for line in self.lines if not line.explained)
+        effects = sum(line.count for line in self.lines if not line.explained)
+        return effects + self.results.unexplained
 
 
 def _line(name: str, count: int) -> Line:
@@ -116,20 +140,26 @@ def batch(conn: Connection, job: str, batch_id: str) -> BatchReconciliation:
     """One committed batch (``NotFound`` if it has no marker)."""
     detail = audit.batch_detail(conn, job, batch_id)
     marker = detail.marker
+    row = conn.execute(_Q["batch_marker"], {"job": job, "batch_id": batch_id}).mappings().one()
     counts = dict.fromkeys(CATEGORIES, 0)
-    found = attempts = 0
-    params = {"job": job, "batch_id": batch_id}
-    for row in conn.execute(_Q["batch_effects_by_category"], params).mappings():
-        counts[STATE_CATEGORY.get(row["state"], "unclassified")] += int(row["n"])
-        counts["delivered_unrecorded"] += int(row["unrecorded"])
-        found += int(row["n"])
-        attempts += int(row["attempts"])
+    own = attempts = 0
+    params = {"job": job, "batch_id": batch_id, "run_id": str(row["run_id"])}
+    for found in conn.execute(_Q["batch_effects_by_category"], params).mappings():
+        n = int(found["n"])
+        if not found["own"]:
+            counts["foreign"] += n
+            continue
+        counts[STATE_CATEGORY.get(found["state"], "unclassified")] += n
+        counts["delivered_unrecorded"] += int(found["unrecorded"])
+        own += n
+        attempts += int(found["attempts"])
     counts["delivered"] -= counts["delivered_unrecorded"]
     counts["rejected"] = min(marker.rejects, detail.live["rejects"])
     counts["rejects_missing"] = marker.rejects - counts["rejected"]
     counts["deduplicated"] = marker.effects_deduplicated
-    counts["missing"] = max(0, marker.effects_new - found)
-    counts["unexpected"] = max(0, found - marker.effects_new)
+    counts["missing"] = max(0, marker.effects_new - own)
+    counts["unexpected"] = max(0, own - marker.effects_new)
+    foreign = [] if not counts["foreign"] else _foreign_keys(conn, params)
     lines = [_line(n, c) for n, c in counts.items() if c or CATEGORIES[n].explained]
     return BatchReconciliation(
         job=job,
@@ -140,7 +170,13 @@ def batch(conn: Connection, job: str, batch_id: str) -> BatchReconciliation:
         payload_mismatches=marker.payload_mismatches,
         attempts=attempts,
         lines=lines,
+        foreign_keys=foreign,
+        results=results.check(conn, dict(row)),
     )
+
+
+def _foreign_keys(conn: Connection, params: dict[str, Any]) -> list[str]:
+    return [r[0] for r in conn.execute(_Q["foreign_effects"], params | {"limit": results.NAMED})]
 
 
 def job(conn: Connection, job_name: str, *, limit: int = 100) -> list[BatchReconciliation]:
@@ -150,4 +186,6 @@ def job(conn: Connection, job_name: str, *, limit: int = 100) -> list[BatchRecon
 
 
 def as_dict(r: BatchReconciliation) -> dict[str, Any]:
-    return dataclasses.asdict(r) | {"unexplained": r.unexplained}
+    found = dataclasses.asdict(r)
+    found["results"] |= {"unexplained": r.results.unexplained}
+    return found | {"unexplained": r.unexplained}

@@ -240,6 +240,7 @@ def _enqueue_rows(
                     not_before=_instant(raw.get("not_before")),
                     reference=raw.get("reference"),
                     supersedes=raw.get("supersedes"),
+                    expires_at=_instant(raw.get("expires_at")),
                 )
         except InvalidEffect as exc:
             refused[str(exc)] = refused.get(str(exc), 0) + 1
@@ -254,8 +255,9 @@ def _enqueue_rows(
 
 
 def _instant(value: Any) -> Any:
-    """A reject's ``not_before`` is text (the row as JSON): back to an aware datetime
-    when it reads as one; anything else goes to the check unchanged and is refused there."""
+    """A reject's ``not_before`` or ``expires_at`` is text (the row as JSON): back to an
+    aware datetime when it reads as one; anything else goes to the check unchanged and
+    is refused there."""
     if isinstance(value, str):
         try:
             parsed = dt.datetime.fromisoformat(value)

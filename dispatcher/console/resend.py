@@ -13,10 +13,11 @@ the action's id, so the timeline shows it as a resend, never as a duplicate.
 Refused, with the reason: an effect that is not delivered or dead (pending and
 leased ones are being sent anyway; an uncertain one is resolved instead; a
 cancelled one must never go), one whose payload is gone (erased, or purged by
-retention), one whose endpoint is archived or unregistered. A paused endpoint's
-resend waits, pending, for its resume. Bulk: by a filter (a batch, an endpoint in
-a window, a recipient, a reference), capped, counted first; the API's dry run
-is the default, as for bulk requeue.
+retention), one whose endpoint is archived or unregistered, one past its
+send-by time (it would only expire). A paused endpoint's resend waits, pending,
+for its resume. Bulk: by a filter (a batch, an endpoint in a window, a recipient,
+a reference), capped, counted first; the API's dry run is the default, as for
+bulk requeue.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.endpoints import unarchive_hint
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.core.timestamps import iso
 
 _Q = queries_beside(__file__, "resend.sql")
 _FILTER = ("state", "since", "until", "job", "batch_id", "endpoint", "recipient", "reference")
@@ -45,6 +47,8 @@ _NOT_NOW = {
     "cancelled": "an operator cancelled it: it must never be sent",
     "uncertain": "resolve it instead (outbox effects resolve KEY --send-again or "
     "--mark-delivered; POST /v1/effects/{key}/resolve)",
+    "expired": "its send-by time passed before it was sent; requeue it with a new one if it "
+    "is still worth sending (outbox effects requeue KEY --expires-at ...)",
 }
 
 
@@ -152,6 +156,17 @@ def _check_one(key: str, row: Any) -> None:
             f"effect {key} was purged by retention at {row['purged_at'].isoformat()}: its "
             "payload is gone, so there is nothing to send; produce it again as a revision "
             "(a new key) if it must go out"
+        )
+    if row["send_by_passed"] is not None:
+        raise Conflict(
+            f"effect {key}'s send-by time {iso(row['send_by_passed'])} has passed: sent again "
+            "it would only expire, so it is not resent"
+            + (
+                "; requeue it with a new send-by time (outbox effects requeue KEY --expires-at "
+                "...) if it is still worth sending"
+                if row["state"] == "dead"
+                else ""
+            )
         )
     if row["archived_at"] is not None:
         name = row["endpoint"]

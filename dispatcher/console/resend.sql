@@ -8,7 +8,8 @@
 -- its payload's fate (purged by retention, or erased: last_error holds the
 -- erasure's note) and its endpoint's (archived, paused).
 SELECT e.id, e.state, e.endpoint, e.purged_at, e.last_error,
-       ep.name IS NOT NULL AS registered, ep.archived_at, COALESCE(ep.enabled, false) AS enabled
+       ep.name IS NOT NULL AS registered, ep.archived_at, COALESCE(ep.enabled, false) AS enabled,
+       CASE WHEN e.expires_at <= now() THEN e.expires_at END AS send_by_passed
 FROM effects e
 LEFT JOIN endpoints ep ON ep.name = e.endpoint
 WHERE e.idempotency_key = :key
@@ -25,6 +26,7 @@ FROM (
     FROM visible_effects e
     JOIN endpoints ep ON ep.name = e.endpoint AND ep.archived_at IS NULL
     WHERE e.state IN ('delivered', 'dead') AND e.purged_at IS NULL
+      AND (e.expires_at IS NULL OR e.expires_at > now())
       AND (CAST(:state AS text) IS NULL OR e.state = :state)
       AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= :since)
       AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < :until)
@@ -39,18 +41,21 @@ FROM (
 -- name: count_refused
 -- ... and the ones that cannot, by reason, up to :scan_limit of them: the payload
 -- is gone (erased: last_error holds the erasure's note; or purged by retention),
--- or the endpoint is archived or no longer registered.
+-- the endpoint is archived or no longer registered, or the effect's send-by time
+-- has passed (sent again, it would only expire: docs/operations.md, "Send-by times").
 SELECT m.why, count(*) AS n
 FROM (
     SELECT CASE WHEN e.purged_at IS NOT NULL AND starts_with(e.last_error, :erased_note)
                     THEN 'erased'
                 WHEN e.purged_at IS NOT NULL THEN 'purged'
                 WHEN ep.name IS NULL THEN 'unregistered endpoint'
-                ELSE 'archived endpoint' END AS why
+                WHEN ep.archived_at IS NOT NULL THEN 'archived endpoint'
+                ELSE 'past its send-by time' END AS why
     FROM visible_effects e
     LEFT JOIN endpoints ep ON ep.name = e.endpoint
     WHERE e.state IN ('delivered', 'dead')
-      AND (e.purged_at IS NOT NULL OR ep.name IS NULL OR ep.archived_at IS NOT NULL)
+      AND (e.purged_at IS NOT NULL OR ep.name IS NULL OR ep.archived_at IS NOT NULL
+           OR e.expires_at <= now())
       AND (CAST(:state AS text) IS NULL OR e.state = :state)
       AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= :since)
       AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < :until)
@@ -71,6 +76,7 @@ SELECT e.id, e.idempotency_key
 FROM effects e
 JOIN endpoints ep ON ep.name = e.endpoint AND ep.archived_at IS NULL
 WHERE e.state IN ('delivered', 'dead') AND e.purged_at IS NULL
+  AND (e.expires_at IS NULL OR e.expires_at > now())
   AND (e.run_id IS NULL OR EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id))
   AND (CAST(:state AS text) IS NULL OR e.state = :state)
   AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= :since)

@@ -4,7 +4,7 @@ an operator looks (did the customer get the e-mail?) and decides:
 
 - ``mark_delivered``: delivered, and the key ledger records it as a delivery does;
 - ``send_again``: pending, due now (the receiver may then have it twice: the
-  operator's call, on the record).
+  operator's call, on the record); not once its send-by time has passed.
 
 Both take a reason, can be tried first as a dry run, and write their
 ``operator_actions`` row in the transaction of the change. Race-safe: the row is
@@ -25,6 +25,7 @@ from spark_outbox.core import endpoints, masking, wakeup
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
+from spark_outbox.core.timestamps import iso
 
 _Q = queries_beside(__file__, "uncertain.sql")
 
@@ -91,6 +92,11 @@ def resolve(
     if row.state != "uncertain":
         verb = "marked delivered" if action == "mark_delivered" else "sent again"
         raise Conflict(f"effect {key} is {row.state}; only an uncertain effect can be {verb}")
+    if action == "send_again" and row.send_by_passed is not None:
+        raise Conflict(
+            f"effect {key}'s send-by time {iso(row.send_by_passed)} has passed: it is not "
+            "sent again; mark it delivered if the receiver has it, or leave it uncertain"
+        )
     if not dry_run:
         _apply(conn, [key], action)
         details = {"endpoint": row.endpoint}
@@ -113,7 +119,7 @@ def resolve_endpoint(
     reason = check_reason(reason)
     check_cap(cap)
     endpoints.get(conn, name)  # NotFound for an unknown name
-    params = {"endpoint": name, "cap_plus_one": cap + 1}
+    params = {"endpoint": name, "cap_plus_one": cap + 1, "action": action}
     keys = [r[0] for r in conn.execute(_Q["uncertain_of_endpoint"], params)]
     if len(keys) > cap:
         raise Conflict(

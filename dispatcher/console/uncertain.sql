@@ -13,7 +13,7 @@ LIMIT :limit;
 -- name: uncertain_state
 -- A resolve's check (and its dry run): the effect's state, its row locked so a
 -- concurrent resolve of the same effect waits and then finds it resolved.
-SELECT e.state, e.endpoint
+SELECT e.state, e.endpoint, CASE WHEN e.expires_at <= now() THEN e.expires_at END AS send_by_passed
 FROM effects e
 WHERE e.idempotency_key = :key
   AND (e.run_id IS NULL OR EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id))
@@ -37,6 +37,8 @@ SELECT idempotency_key FROM done;
 
 -- name: send_again
 -- The operator decided to send it once more: pending, due now, its start cleared.
+-- (Not past its send-by time: uncertain.resolve refuses that one, and a bulk
+-- resolve leaves it uncertain: uncertain_of_endpoint.)
 UPDATE effects SET state = 'pending', next_attempt_at = now(), send_started_at = NULL,
                    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
                    last_error = 'sent again by an operator after an uncertain send',
@@ -46,9 +48,11 @@ RETURNING idempotency_key;
 
 -- name: uncertain_of_endpoint
 -- A bulk resolve: the endpoint's uncertain effects, locked, up to cap + 1. (An
--- uncertain effect was claimed, so its batch is visible: no view needed.)
+-- uncertain effect was claimed, so its batch is visible: no view needed.) Sent
+-- again only while their send-by time is ahead; past it they stay uncertain.
 SELECT idempotency_key FROM effects
 WHERE state = 'uncertain' AND endpoint = :endpoint
+  AND (:action <> 'send_again' OR expires_at IS NULL OR expires_at > now())
 ORDER BY created_at, id
 LIMIT :cap_plus_one
 FOR UPDATE;

@@ -65,6 +65,16 @@ CHECKS = {
         Check(
             "marker_counts", "range", "a marker's counts equal the effect and reject rows it counts"
         ),
+        Check(
+            "sent_after_expiry",
+            "range",
+            "no send of a finished effect started at or after its send-by time",
+        ),
+        Check(
+            "expiry_overdue",
+            "state",
+            "no effect waits past its send-by time by more than the grace (the expiry pass runs)",
+        ),
     )
 }
 
@@ -120,7 +130,7 @@ class Checker:
         """Every state check, and one chunk of every range check."""
         found: list[Violation] = []
         checked: dict[str, int] = {}
-        for name in ("sent_before_commit", "lease_overdue", "held_batch_leased"):
+        for name in ("sent_before_commit", "lease_overdue", "held_batch_leased", "expiry_overdue"):
             rows = self._rows(conn, name, {"grace_s": self.grace_s})
             self.counts[name] = len(rows)
             found += rows
@@ -185,6 +195,7 @@ class Checker:
             "finished_without_attempts",
             "delivered_without_ledger",
             "delivered_again_unasked",
+            "sent_after_expiry",
         ):
             found = self._rows(conn, name, window)
             self.counts[name] += len(found)

@@ -99,6 +99,45 @@ WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
 ORDER BY e.updated_at, e.id
 LIMIT :limit;
 
+-- name: sent_after_expiry
+-- Range, the same rows: a send that started at or after the effect's send-by time
+-- (an attempt other than 'expired', which stopped before its first byte; 'stale'
+-- ones count: they were sent). Attempt times are the worker's clock and send-by
+-- times the database's: the two must agree (NTP), as they must for leases.
+SELECT e.id, e.idempotency_key AS key,
+       'attempt ' || a.attempt || ' (' || a.outcome || ') started '
+       || to_char(a.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+       || ', at or after its send-by time '
+       || to_char(e.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS detail
+FROM effects e
+CROSS JOIN LATERAL (
+    SELECT x.attempt, x.outcome, x.started_at FROM delivery_attempts x
+    WHERE x.effect_id = e.id AND x.outcome <> 'expired' AND x.started_at >= e.expires_at
+    ORDER BY x.attempt
+    LIMIT 1
+) a
+WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
+  AND (e.updated_at, e.id) > (:lo_at, :lo_id) AND (e.updated_at, e.id) <= (:hi_at, :hi_id)
+  AND e.expires_at IS NOT NULL
+ORDER BY e.updated_at, e.id
+LIMIT :limit;
+
+-- name: expiry_overdue
+-- State: a pending effect past its send-by time by more than the grace. The claim
+-- never takes it; the dispatcher's expiry pass moves it to 'expired' within a poll
+-- interval. One that stays means no dispatcher runs the pass (an ordered key
+-- behind it waits meanwhile). ix_effects_expiring.
+SELECT e.id, e.idempotency_key AS key,
+       'pending, send-by time '
+       || to_char(e.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+       || ' (endpoint ' || e.endpoint || ')' AS detail
+FROM effects e
+WHERE e.expires_at < now() - make_interval(secs => :grace_s)
+  AND e.state = 'pending'
+  AND EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = e.id)
+ORDER BY e.expires_at
+LIMIT :limit;
+
 -- name: finished_chunk_end
 -- Where this pass of the three checks above ends: the :chunk-th finished row past
 -- the watermark (or the last one before :settled_at, rows that finished long

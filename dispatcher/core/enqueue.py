@@ -32,6 +32,7 @@ from spark_outbox.core.validation import (
     MAX_RECIPIENT_CHARS,
     check_email_effect,
     check_endpoint_name,
+    check_expires_at,
     check_key,
     check_not_before,
     check_optional_text,
@@ -65,12 +66,15 @@ def enqueue(
     not_before: dt.datetime | None = None,
     reference: str | None = None,
     supersedes: str | None = None,
+    expires_at: dt.datetime | None = None,
 ) -> Enqueued:
     """Record an effect in the caller's transaction; nothing is sent until it commits.
 
     Raises ``InvalidEffect`` (naming the field and the fix) before writing
     anything when the input breaks the contract. ``supersedes``: the key of the
     effect this one corrects (``spark_outbox.core.keys.superseded_key``).
+    ``expires_at``: the send-by time; after it the effect is never sent and ends
+    'expired' (one already past is recorded and expires at once).
     """
     idempotency_key = check_key(idempotency_key)
     endpoint = check_endpoint_name(endpoint)
@@ -78,6 +82,7 @@ def enqueue(
     recipient = check_optional_text("recipient", recipient, MAX_RECIPIENT_CHARS)
     ordering_key = check_optional_text("ordering_key", ordering_key, MAX_ORDERING_KEY_CHARS)
     not_before = check_not_before(not_before)
+    expires_at = check_expires_at(expires_at, not_before)
     reference = check_reference(reference)
     supersedes = check_supersedes(supersedes, idempotency_key)
     found = conn.execute(_Q["endpoint_kind"], {"endpoint": endpoint}).first()
@@ -99,6 +104,7 @@ def enqueue(
         "not_before": not_before,
         "reference": reference,
         "supersedes": supersedes,
+        "expires_at": expires_at,
     }
     with tracing.span("outbox.enqueue", _span_attributes(idempotency_key, endpoint)) as span:
         # The effect keeps the trace it was created in: its sends join it.

@@ -9,11 +9,11 @@ SELECT kind, archived_at IS NOT NULL AS archived FROM endpoints WHERE name = :en
 -- returns nothing, so the caller learns whether the effect is new. A key in the
 -- key ledger (delivered, or dead/cancelled and purged) is never enqueued again.
 INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256,
-                     ordering_key, reference, supersedes, next_attempt_at,
+                     ordering_key, reference, supersedes, next_attempt_at, expires_at,
                      trace_parent, trace_state)
 SELECT :idempotency_key, :endpoint, :recipient, CAST(:payload AS jsonb), :payload_sha256,
        :ordering_key, :reference, :supersedes, COALESCE(:not_before, now()),
-       :trace_parent, :trace_state
+       CAST(:expires_at AS timestamptz), :trace_parent, :trace_state
 WHERE NOT EXISTS (SELECT 1 FROM key_ledger WHERE idempotency_key = :idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
@@ -37,7 +37,8 @@ UPDATE effects e
 SET run_id = NULL, job = NULL, batch_id = NULL, endpoint = :endpoint, recipient = :recipient,
     payload = CAST(:payload AS jsonb), payload_sha256 = :payload_sha256,
     ordering_key = :ordering_key, reference = :reference, supersedes = :supersedes,
-    next_attempt_at = COALESCE(:not_before, now()), created_at = now(), updated_at = now(),
+    next_attempt_at = COALESCE(:not_before, now()), expires_at = CAST(:expires_at AS timestamptz),
+    created_at = now(), updated_at = now(),
     trace_parent = :trace_parent, trace_state = :trace_state
 WHERE e.idempotency_key = :idempotency_key
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.idempotency_key = :idempotency_key)

@@ -8,7 +8,8 @@ Vocabulary: an effect is *enqueued* (``pending``), *claimed* under a *lease*
 (``leased``), then *delivered*, *retried* (back to ``pending`` with a later
 ``next_attempt_at``), *dead* or *cancelled*, or *uncertain* (a send to an
 endpoint that cannot deduplicate started and its outcome is unknown: an operator
-decides). A batch is *written* by a run, then
+decides), or *expired* (its send-by time, ``expires_at``, passed before it was
+sent: never sent after it). A batch is *written* by a run, then
 *committed* (its row in ``batches`` is the commit marker).
 
 A lease is "``next_attempt_at`` pushed to the lease expiry": a ``leased`` row
@@ -35,7 +36,15 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
-EFFECT_STATES = ("pending", "leased", "delivered", "dead", "cancelled", "uncertain")
+EFFECT_STATES = (
+    "pending",
+    "leased",
+    "delivered",
+    "dead",
+    "cancelled",
+    "uncertain",
+    "expired",
+)
 ENDPOINT_KINDS = ("webhook", "email")
 ROLES = ("support", "operator")
 HOLD_STATES = ("held", "released", "cancelled")
@@ -202,6 +211,15 @@ batches = sa.Table(
     # effects' sends join this trace (spark_outbox.core.tracing, migration 2730).
     sa.Column("trace_parent", sa.Text),
     sa.Column("trace_state", sa.Text),
+    # Where the batch's result rows went (migration 2721; NULL: no results, or
+    # committed before): the results table, its conflict keys, the columns the
+    # batch wrote, and the columns (job, batch id) that stamp a row with the batch
+    # that wrote it, if the table has them (ResultsSpec.batch_columns).
+    # Reconciliation re-reads the table with them (dispatcher/console/results.py).
+    sa.Column("results_table", sa.Text),
+    sa.Column("result_keys", pg.ARRAY(sa.Text)),
+    sa.Column("result_columns", pg.ARRAY(sa.Text)),
+    sa.Column("result_stamp", pg.ARRAY(sa.Text)),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -216,6 +234,27 @@ batches = sa.Table(
     ),
     # The claim's exclusion of held batches probes this tiny index.
     sa.Index("ix_batches_run_id_held", "run_id", postgresql_where=sa.text("hold_state = 'held'")),
+)
+
+# What each batch wrote to its results table (migration 2721), one row per result
+# row, in the commit transaction: the row's conflict key (a JSON object of the key
+# columns) and the sha256 of the columns the batch wrote as they stood after its
+# merge (the text of ROW(...) under fixed settings: spark_outbox.core.results_digest).
+# Reconciliation compares it with what the table holds now, naming rows that are
+# missing or changed; a later batch that wrote the same key explains a change.
+# No foreign key to batches (the commit's cost per row); retention drops the rows
+# of batches older than its horizon.
+batch_result_rows = sa.Table(
+    "batch_result_rows",
+    metadata,
+    sa.Column("batch_ref", sa.BigInteger, nullable=False),  # batches.id
+    sa.Column("key", pg.JSONB, nullable=False),
+    sa.Column("row_sha256", sa.Text, nullable=False),
+    # The only index: a batch's rows in key order (reconciliation's chunks), and one
+    # probe per later batch for "did a later batch write this key?" (asked of changed
+    # rows only). A second index by key cost the commit's merge ~12 us a row more
+    # (bench/bench_results.py's statement, measured on 200,000 rows).
+    sa.PrimaryKeyConstraint("batch_ref", "key"),
 )
 
 # The outbox. No foreign key to endpoints on purpose: endpoints are never
@@ -245,6 +284,9 @@ effects = sa.Table(
     sa.Column("state", sa.Text, nullable=False, server_default="pending"),
     sa.Column("attempt_count", sa.Integer, nullable=False, server_default="0"),
     _ts("next_attempt_at", nullable=False, default_now=True),
+    # The send-by time (migration 2720): optional; once it has passed the effect is
+    # never sent (no claim takes it, no send starts after it) and ends 'expired'.
+    _ts("expires_at"),
     sa.Column("lease_owner", sa.Text),
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("lease_expires_at"),
@@ -327,6 +369,22 @@ effects = sa.Table(
             "purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
         ),
     ),
+    # Send-by times (migration 2720): the unfinished effects that have one, by it:
+    # what the dispatcher's expiry pass reads (effects without one never enter it).
+    sa.Index(
+        "ix_effects_expiring",
+        "expires_at",
+        postgresql_where=sa.text("expires_at IS NOT NULL AND state IN ('pending', 'leased')"),
+    ),
+    # Expired effects not yet purged, by when they expired: retention's second range
+    # (ix_effects_purgeable predates the state) and /metrics' recent count. Expired
+    # rows are few, and a row enters it only when it expires.
+    sa.Index(
+        "ix_effects_expired",
+        "updated_at",
+        "id",
+        postgresql_where=sa.text("state = 'expired' AND purged_at IS NULL"),
+    ),
     # Recover: an endpoint's dead effects by when they died (dead rows are few).
     sa.Index(
         "ix_effects_dead_endpoint_updated_at",
@@ -348,7 +406,8 @@ delivery_attempts = sa.Table(
     sa.Column("lease_token", pg.UUID(as_uuid=True)),
     _ts("started_at", nullable=False),
     sa.Column("duration_ms", sa.Float, nullable=False),
-    # delivered | retry | dead | gone | uncertain | stale (the lease had been lost)
+    # delivered | retry | dead | gone | uncertain | stale (the lease had been lost) |
+    # expired (its send-by time passed before the first byte: not sent)
     sa.Column("outcome", sa.Text, nullable=False),
     sa.Column("status_code", sa.Integer),
     sa.Column("error_class", sa.Text),
@@ -364,11 +423,11 @@ delivery_attempts = sa.Table(
     sa.Index(None, "started_at"),
 )
 
-LEDGER_STATES = ("delivered", "dead", "cancelled")
+LEDGER_STATES = ("delivered", "dead", "cancelled", "expired")
 
 # Finished keys stay known here, so they are never enqueued or sent again: a
-# delivered key from its delivery on (the record statement), a dead or cancelled
-# key from when retention purges its effect's payload. Only ``delivered`` rows
+# delivered key from its delivery on (the record statement), a dead, cancelled or
+# expired key from when retention purges its effect's payload. Only ``delivered`` rows
 # make the claim settle an effect without sending it.
 key_ledger = sa.Table(
     "key_ledger",
@@ -476,6 +535,7 @@ deferred_effects = sa.Table(
     sa.Column("reference", sa.Text),
     sa.Column("supersedes", sa.Text),
     sa.Column("not_before", sa.DateTime(timezone=True)),
+    sa.Column("expires_at", sa.DateTime(timezone=True)),
     sa.Index(None, "run_id"),
 )
 

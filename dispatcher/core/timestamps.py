@@ -15,3 +15,21 @@ def iso(at: dt.datetime) -> str:
     if at.tzinfo is None:
         raise ValueError(f"{at!r} names no instant: timestamps here are timezone-aware")
     return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse(field: str, text: str) -> dt.datetime:
+    """An instant a person typed (CLI flags, the support page's forms): ISO 8601 with
+    a zone; anything else is refused naming the field and the fix."""
+    from spark_outbox.core.errors import InvalidRequest
+
+    try:
+        at = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise InvalidRequest(
+            field,
+            f"{text.strip()!r} is not ISO 8601 with a zone",
+            "write e.g. 2026-11-23T08:00:00Z",
+        )
+    return at

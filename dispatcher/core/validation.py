@@ -210,6 +210,31 @@ def check_not_before(value: object) -> dt.datetime | None:
     return value
 
 
+def check_expires_at(value: object, not_before: dt.datetime | None = None) -> dt.datetime | None:
+    """The send-by time: an aware datetime, after ``not_before`` when both are given
+    (else the effect could never be sent). One already past is accepted: the effect
+    is recorded and ends 'expired', never sent (docs/design.md, "Send-by times"):
+    whether a send is still worth making is decided against the database's clock,
+    when the dispatcher gets to it, not against the producer's at enqueue."""
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise InvalidEffect(
+            "expires_at",
+            f"{_preview(value)} is not an aware datetime",
+            "pass a timezone-aware datetime, e.g. "
+            "datetime.now(datetime.UTC) + datetime.timedelta(minutes=15)",
+        )
+    if not_before is not None and value <= not_before:
+        raise InvalidEffect(
+            "expires_at",
+            f"{value.isoformat()} is not after not_before {not_before.isoformat()}: "
+            "the effect could never be sent",
+            "give a send-by time after not_before, or leave one of them out",
+        )
+    return value
+
+
 def _preview(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

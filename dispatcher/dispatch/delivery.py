@@ -8,6 +8,10 @@ endpoint. What was claimed before an endpoint began to rest (every dispatcher
 sees it within ``ENDPOINT_CACHE_S``) or was paused (a 410, here at once) is
 handed back unsent.
 
+Send-by times: an effect whose send-by time has come (``store.Claimed.send_by``)
+is never sent: checked here before a send starts, and by the channel right
+before the first byte; the attempt is recorded 'expired' (nothing was sent).
+
 Every text of a ``Result`` that can carry outside data (the error, its class,
 the response excerpt) is cleaned here, once (``outside.clean``), so neither
 ``record`` nor a log line ever sees a receiver's raw bytes.
@@ -24,7 +28,7 @@ from spark_outbox.core import endpoints, outside
 from spark_outbox.core.endpoints import Endpoint
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import retry, store
-from spark_outbox.dispatch.channels import Channel, Sent
+from spark_outbox.dispatch.channels import Channel, Sent, expired, past_send_by
 from spark_outbox.dispatch.channels.smtp import EmailChannel
 from spark_outbox.dispatch.channels.webhook import WebhookChannel
 from spark_outbox.dispatch.dbcalls import DbCalls
@@ -35,6 +39,7 @@ from spark_outbox.dispatch.traces import Traces
 log = logging.getLogger(__name__)
 
 ENDPOINT_CACHE_S = 2.0
+_LATE = expired("while it waited for a sender, before its send started")
 
 
 class Delivery:
@@ -110,6 +115,10 @@ class Delivery:
                 # Paused: due at once, but nobody claims it until an operator resumes
                 # it; resting: due when the rest ends.
                 return store.Release(effect.id, effect.lease_token, rest_s)
+            if past_send_by(effect):
+                # Its send-by time came while it waited for a sender: never sent. (The
+                # channel asks again right before the first byte.)
+                return self._result(effect, endpoint, _LATE, dt.datetime.now(dt.UTC), 0.0)
             left_s = effect.lease_deadline - time.monotonic()
             if left_s < self._settings.lease_s / 2:
                 # Waited too long for its turn: sending now could outlive the lease

@@ -14,7 +14,7 @@ class Metrics:
         self.deliveries = Counter(
             "outbox_deliveries",
             "Attempts recorded, by endpoint and outcome "
-            "(delivered, retry, dead, gone, uncertain, stale)",
+            "(delivered, retry, dead, gone, uncertain, expired, stale)",
             ["endpoint", "outcome"],
             registry=self.registry,
         )
@@ -23,6 +23,13 @@ class Metrics:
             "Duration of one send attempt",
             ["endpoint"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.expired = Counter(
+            "outbox_effects_expired",
+            "Effects that reached their send-by time unsent and ended expired, by endpoint "
+            "(moved by the expiry pass, or stopped right before a send's first byte)",
+            ["endpoint"],
             registry=self.registry,
         )
         self.in_flight = Gauge("outbox_in_flight", "Sends in progress", registry=self.registry)

@@ -141,6 +141,8 @@ class Recorder:
         its log line."""
         self.counts[outcome] += 1
         self._metrics.delivery(r.endpoint, outcome).inc()
+        if outcome == "expired":
+            self._metrics.expired.labels(r.endpoint).inc()
         level = logging.INFO if outcome == "retry" else logging.WARNING
         message = "lease lost; outcome not applied" if outcome == "stale" else "not delivered"
         extra = _fields(r, f"effect.{outcome}") | {

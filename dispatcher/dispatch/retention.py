@@ -6,6 +6,9 @@
 transaction locking only its rows (``FOR UPDATE SKIP LOCKED``): no table lock,
 no long transaction, and several dispatchers purging at once share the work.
 
+What batches recorded of their result rows (``batch_result_rows``, reconciliation's
+record) goes too once the batch is older than the horizon.
+
 A purged effect keeps a stub row (key, state, endpoint, batch, reference,
 timestamps, ``purged_at``; payload ``{}``), so the API, the support page and
 reconciliation still say what happened to the key, and its key is written to
@@ -111,6 +114,8 @@ def purge(
         effects, attempts = purge_batch(engine, cutoff, batch_size, sensitive)
         if effects == 0:
             purge_mismatches(engine, cutoff)
+            while purge_result_rows(engine, cutoff, batch_size):
+                pass
             return done
         done = done.plus(effects, attempts, time.perf_counter() - started)
         if on_batch is not None:
@@ -121,6 +126,14 @@ def purge_mismatches(engine: Engine, cutoff: dt.datetime) -> None:
     """enqueue()'s payload mismatches past the horizon (few rows: one statement)."""
     with engine.begin() as conn:
         conn.execute(_Q["purge_mismatches"], {"cutoff": cutoff})
+
+
+def purge_result_rows(engine: Engine, cutoff: dt.datetime, batch_size: int) -> int:
+    """One batch of the result rows recorded by batches committed before ``cutoff``
+    (reconciliation's record, ``batch_result_rows``): how many were deleted."""
+    with engine.begin() as conn:
+        params = {"cutoff": cutoff, "batch_size": batch_size}
+        return int(conn.execute(_Q["purge_result_rows"], params).rowcount)
 
 
 def record_purge(
@@ -163,6 +176,8 @@ async def purge_once(db: DbCalls, settings: Settings, worker_id: str) -> None:
             break
         done = done.plus(got[0], got[1], time.perf_counter() - started)
     await db.call(purge_mismatches, cutoff)
+    while await db.call(purge_result_rows, cutoff, settings.retention_batch_size):
+        pass  # one batch per store call, as above
     await db.call(record_purge, done, older_than_s, SYSTEM_ACTOR, worker_id)
     log.info(
         "retention purge",

@@ -1,9 +1,12 @@
 -- name: count_purgeable
 -- The dry run: finished effects not yet purged whose finish (updated_at) is
--- older than the cutoff (ix_effects_purgeable).
-SELECT count(*) FROM effects
-WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
-  AND updated_at < :cutoff;
+-- older than the cutoff (ix_effects_purgeable, and ix_effects_expired for the
+-- expired ones: the first index predates that state).
+SELECT (SELECT count(*) FROM effects
+        WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
+          AND updated_at < :cutoff)
+     + (SELECT count(*) FROM effects
+        WHERE state = 'expired' AND purged_at IS NULL AND updated_at < :cutoff);
 
 -- name: purge_batch
 -- One small batch in its own short transaction: the oldest finished rows, locked
@@ -13,13 +16,23 @@ WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
 -- last_error come back with the payload they had (the CTEs share one snapshot), for
 -- the purge to mask that outside text before the payload is gone (scrub_errors);
 -- only when there is something to mask (:masking: OUTBOX_SENSITIVE_FIELDS is set).
-WITH doomed AS (
+-- Expired effects are a range of their own (ix_effects_expired): at most
+-- :batch_size of each kind a batch.
+WITH finished AS (
     SELECT id, payload, last_error FROM effects
     WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
       AND updated_at < :cutoff
     ORDER BY updated_at, id
     LIMIT :batch_size
     FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, payload, last_error FROM effects
+    WHERE state = 'expired' AND purged_at IS NULL AND updated_at < :cutoff
+    ORDER BY updated_at, id
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), doomed AS (
+    SELECT * FROM finished UNION ALL SELECT * FROM expired
 ), attempts AS (
     DELETE FROM delivery_attempts a USING doomed d
     WHERE a.effect_id = d.id
@@ -48,6 +61,15 @@ SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts)
 UPDATE effects e SET last_error = s.last_error
 FROM unnest(CAST(:ids AS bigint[]), CAST(:errors AS text[])) AS s(id, last_error)
 WHERE e.id = s.id;
+
+-- name: purge_result_rows
+-- What batches committed before the cutoff recorded of their result rows (only
+-- reconciliation reads it, and reports a batch without it as not comparable):
+-- a small batch per transaction; the batches table holds one row per batch.
+DELETE FROM batch_result_rows WHERE (batch_ref, key) IN (
+    SELECT r.batch_ref, r.key FROM batch_result_rows r
+    WHERE r.batch_ref IN (SELECT b.id FROM batches b WHERE b.committed_at < :cutoff)
+    LIMIT :batch_size);
 
 -- name: purge_mismatches
 -- enqueue()'s payload mismatches older than the cutoff (ix_enqueue_mismatches_at):

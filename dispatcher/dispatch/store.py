@@ -76,8 +76,9 @@ def role_settings_missing(engine: Engine) -> dict[str, str]:
 
 # Outcomes an attempt can record (docs/design.md, glossary); 'stale' is decided by the SQL.
 # 'uncertain': the message was handed over to an endpoint that cannot deduplicate
-# and no answer came back (docs/dispatcher.md, "Uncertain sends").
-OUTCOMES = ("delivered", "retry", "dead", "gone", "uncertain")
+# and no answer came back (docs/dispatcher.md, "Uncertain sends"). 'expired': its
+# send-by time passed before the first byte; nothing was sent.
+OUTCOMES = ("delivered", "retry", "dead", "gone", "uncertain", "expired")
 
 
 # Claimed, Result and Sent (channels) are made once per delivery: slots and not
@@ -98,6 +99,10 @@ class Claimed:
     lease_deadline: float = 0.0
     # Tracing on only: the effect's traces.EffectTrace (None: tracing is off).
     trace: Any = None
+    # time.monotonic() from which it must not be sent (its send-by time; None: none):
+    # the seconds the database had left, counted from before the claim, so never
+    # later than the send-by time on the database's clock.
+    send_by: float | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -191,7 +196,8 @@ def claim(
     (``prepared.size_of``). Otherwise the claim is planned per call.
     """
     params = {"worker_id": worker_id, "lease_s": lease_s}
-    deadline = time.monotonic() + lease_s
+    before = time.monotonic()
+    deadline = before + lease_s
     with engine.begin() as conn:
         if prepared:
             rows = _prepared.execute(conn, _claim_statement(limit), params).all()
@@ -208,6 +214,7 @@ def claim(
             attempt=r[5],
             lease_token=str(r[6]),
             lease_deadline=deadline,
+            send_by=None if r[8] is None else before + r[8],
         )
         for r in rows
         if not r[7]
@@ -333,6 +340,18 @@ def settle_uncertain(engine: Engine) -> list[tuple[str, str]]:
     """Expired leases of started sends become 'uncertain'; (key, endpoint) of each."""
     with engine.begin() as conn:
         return [(str(r[0]), str(r[1])) for r in conn.execute(_Q["settle_uncertain"])]
+
+
+# Effects one expiry pass moves at most (the worker runs passes until one is short).
+EXPIRE_LIMIT = 1000
+
+
+def expire_due(engine: Engine, limit: int = EXPIRE_LIMIT) -> list[tuple[str, str]]:
+    """Effects past their send-by time end 'expired' (store.sql, expire_due);
+    (key, endpoint) of each."""
+    with engine.begin() as conn:
+        rows = conn.execute(_Q["expire_due"], {"limit": limit})
+        return [(str(r[0]), str(r[1])) for r in rows]
 
 
 # How many due rows of each ordered endpoint one parking pass looks at (the front

@@ -110,7 +110,10 @@ FROM known
 WHERE e.id = known.id
 RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS text) AS payload,
           e.attempt_count, CAST(e.lease_token AS text) AS lease_token,
-          known.delivered_at IS NOT NULL AS already_delivered;
+          known.delivered_at IS NOT NULL AS already_delivered,
+          -- the send-by time as seconds left on this clock (store.claim makes it a
+          -- deadline on the worker's: no clock of two machines is compared)
+          CAST(EXTRACT(EPOCH FROM e.expires_at - now()) AS float8) AS expires_in_s;
 
 -- name: trace_contexts
 -- Tracing on only (the claim itself reads nothing more): the trace each claimed
@@ -129,7 +132,8 @@ WHERE e.id = ANY(CAST(:ids AS bigint[]))
 SET LOCAL synchronous_commit = on;
 
 -- name: record
--- Record a batch of attempt outcomes in one statement: every row is fenced by
+-- Record a batch of attempt outcomes in one statement (an 'expired' outcome: the
+-- send-by time passed before the first byte, nothing was sent): every row is fenced by
 -- its lease token (a worker that lost its lease changes nothing on the effect;
 -- its attempt is logged as 'stale'); a delivery writes the key ledger in the
 -- same transaction; a 410 pauses the endpoint, audited (actor 'system') as an
@@ -152,7 +156,8 @@ WITH r AS (
     UPDATE effects e SET
         state = CASE r.outcome WHEN 'delivered' THEN 'delivered'
                                WHEN 'retry' THEN 'pending'
-                               WHEN 'uncertain' THEN 'uncertain' ELSE 'dead' END,
+                               WHEN 'uncertain' THEN 'uncertain'
+                               WHEN 'expired' THEN 'expired' ELSE 'dead' END,
         -- kept on an uncertain effect (when its send started), cleared otherwise
         send_started_at = CASE WHEN r.outcome = 'uncertain' THEN e.send_started_at END,
         next_attempt_at = CASE WHEN r.outcome = 'retry'
@@ -212,6 +217,7 @@ WITH r AS (
             ELSE b.resting_since END,
         last_failure = CASE WHEN s.delivered > 0 THEN NULL
                             ELSE COALESCE(s.last_failure, b.last_failure) END
+    -- (An effect that expired before its first byte says nothing of the endpoint.)
     FROM (SELECT u.endpoint,
                  count(*) FILTER (WHERE u.outcome = 'delivered') AS delivered,
                  count(*) FILTER (WHERE u.outcome <> 'delivered') AS failed,
@@ -220,7 +226,7 @@ WITH r AS (
                  (array_agg(COALESCE('HTTP ' || u.status_code, u.error_class, u.outcome)
                             ORDER BY u.started_at DESC)
                   FILTER (WHERE u.outcome <> 'delivered'))[1] AS last_failure
-          FROM updated u GROUP BY u.endpoint) s
+          FROM updated u WHERE u.outcome <> 'expired' GROUP BY u.endpoint) s
     WHERE b.endpoint = s.endpoint AND (s.failed > 0 OR b.failures > 0)
     RETURNING b.endpoint, b.failures, b.failing_since, b.resting_until, b.resting_since,
               b.last_failure
@@ -354,6 +360,55 @@ WITH expired AS (
     WHERE b.endpoint = n.endpoint
 )
 SELECT idempotency_key, endpoint FROM settled;
+
+-- name: expire_due
+-- Effects whose send-by time has passed end 'expired', with the reason (the claim
+-- already leaves them out: ready_effects). The oldest send-by times first, from
+-- ix_effects_expiring, at most :limit a pass, visible ones only (a run's rows
+-- without a marker do not exist yet), SKIP LOCKED (a claim or a record holding
+-- one decides first). A leased one only once its lease has run out with no send
+-- started: a live lease is its worker's, whose check right before the first byte
+-- decides; a started send's outcome is unknown (settle_uncertain makes it
+-- 'uncertain'). An ordered endpoint's successor is woken by effects_unpark_on_finish,
+-- so an expired head never blocks its key; an expired lease leaves its endpoint's
+-- max_in_flight count as a released one does.
+WITH due AS (
+    SELECT e.id, e.state AS was
+    FROM effects e
+    WHERE e.expires_at <= now() AND e.state IN ('pending', 'leased')
+      AND (e.state = 'pending' OR (e.lease_expires_at < now() AND e.send_started_at IS NULL))
+      AND EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = e.id)
+    ORDER BY e.expires_at
+    LIMIT :limit
+    FOR UPDATE OF e SKIP LOCKED
+), expired AS (
+    UPDATE effects e SET
+        state = 'expired',
+        last_error = 'not sent: its send-by time '
+            || to_char(e.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+            || CASE
+                WHEN e.expires_at <= e.created_at THEN ' had passed when it was enqueued'
+                WHEN EXISTS (SELECT 1 FROM batches b
+                             WHERE b.run_id = e.run_id AND b.hold_state = 'held')
+                    THEN ' passed while its batch was held'
+                WHEN EXISTS (SELECT 1 FROM endpoints p WHERE p.name = e.endpoint AND NOT p.enabled)
+                    THEN ' passed while endpoint ' || e.endpoint || ' was paused'
+                WHEN e.attempt_count > 0
+                    THEN ' passed before a retry, after ' || e.attempt_count || ' attempt(s)'
+                         || COALESCE(' (last: ' || left(e.last_error, 200) || ')', '')
+                ELSE ' passed before its first attempt' END,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
+    FROM due
+    WHERE e.id = due.id
+    RETURNING e.idempotency_key, e.endpoint, due.was
+), freed AS (
+    UPDATE endpoint_budgets b SET in_flight = GREATEST(0, b.in_flight - n.ended)
+    FROM (SELECT endpoint, count(*) AS ended FROM expired WHERE was = 'leased'
+          GROUP BY endpoint) n
+    JOIN endpoints ep ON ep.name = n.endpoint AND ep.max_in_flight IS NOT NULL
+    WHERE b.endpoint = n.endpoint
+)
+SELECT idempotency_key, endpoint FROM expired;
 
 -- name: park_blocked
 -- An ordered endpoint's effects that wait behind an earlier unfinished effect of

@@ -12,7 +12,7 @@ never sent again (the key ledger).
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer" and queues what it claims for ``concurrency`` senders (long-lived
 tasks, each sending one effect at a time); ``stop()`` only sets an event;
-side tasks (listener, recorder, heartbeat, settle_uncertain, park, progress;
+side tasks (listener, recorder, heartbeat, settle_uncertain, park, expire, progress;
 retention and auto_disable when configured) are named, the periodic ones all
 one loop (``periodic.every``), and a crash of any of them or of a sender stops
 the worker with a non-zero exit; signals are installed by the CLI, not here.
@@ -140,6 +140,9 @@ class Worker:
             # never offers them meanwhile; docs/dispatcher.md).
             "settle_uncertain": every(s.heartbeat_interval_s, self._settle_once),
             "park": every(s.poll_interval_s, self._park),
+            # Effects past their send-by time end 'expired' (the claim already skips
+            # them; this says so, and wakes an ordered key's successor).
+            "expire": every(s.poll_interval_s, self._expire),
         }
         if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purge = functools.partial(retention.purge_once, self._db, s, self.worker_id)
@@ -199,6 +202,7 @@ class Worker:
         if self._held or self._unrecorded:
             return False
         await self._settle_once()  # idle means nothing is left leased and expired
+        await self._expire()  # ... nor waiting past its send-by time
         due = await self._db.call(store.due_soon, self.idle_within_s)
         return due is False
 
@@ -254,6 +258,21 @@ class Worker:
         for _ in range(PARK_PASSES):
             if not await self._db.call(store.park_blocked):
                 break
+
+    async def _expire(self) -> None:
+        """Effects past their send-by time end 'expired' (store.expire_due), pass after
+        pass while a pass moves a full batch."""
+        while True:
+            found = await self._db.call(store.expire_due) or []
+            for key, endpoint in found:
+                self.metrics.expired.labels(endpoint).inc()
+                log.info(
+                    "send-by time passed: expired, never sent",
+                    extra={"event": "effect.expired", "idempotency_key": key}
+                    | {"endpoint": endpoint},
+                )
+            if len(found) < store.EXPIRE_LIMIT:
+                return
 
     async def _settle_once(self) -> None:
         for key, endpoint in await self._db.call(store.settle_uncertain) or []:

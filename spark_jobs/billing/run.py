@@ -18,7 +18,9 @@ from spark_outbox.billing import job as billing
 from spark_outbox.spark.results import ResultsSpec
 from spark_outbox.spark.sink import OutboxSink
 
-INVOICES = ResultsSpec("invoices", ("invoice_id",))
+# Each invoice carries the job and batch that wrote it: reconciliation can then tell
+# rows a batch did not write from its own (ResultsSpec.batch_columns).
+INVOICES = ResultsSpec("invoices", ("invoice_id",), batch_columns=("job", "batch_id"))
 BATCH_JOB = "billing"
 STREAM_JOB = "billing.stream"
 

@@ -31,4 +31,6 @@ invoices = sa.Table(
         "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.text("now()")
     ),
     sa.Index(None, "customer_id", "invoice_date"),
+    # Reconciliation's walk of one batch's rows in key order (migration 2722).
+    sa.Index(None, "job", "batch_id", "invoice_id"),
 )

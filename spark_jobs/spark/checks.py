@@ -26,6 +26,7 @@ from spark_outbox.core.validation import (
     MAX_REFERENCE_CHARS,
     check_email_effect,
     check_endpoint_name,
+    check_expires_at,
     check_key,
     check_optional_text,
     check_supersedes,
@@ -44,6 +45,7 @@ VALID_COLUMNS = (
     "reference",
     "supersedes",
     "not_before",
+    "expires_at",
 )
 _TEXT_LIMITS = (
     ("recipient", MAX_RECIPIENT_CHARS),
@@ -74,6 +76,7 @@ def check_row(row: Mapping[str, Any], endpoints: Mapping[str, str]) -> tuple[str
         return str(declared), b""
     try:
         check_supersedes(row.get("supersedes"), check_key(row.get("idempotency_key")))
+        check_expires_at(row.get("expires_at"), row.get("not_before"))
         endpoint = check_endpoint_name(row.get("endpoint"))
         data = payload_bytes(row.get("payload"))
         for field, limit in _TEXT_LIMITS:
@@ -134,6 +137,8 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
 
     column = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
     column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
+    for name in ("not_before", "expires_at"):
+        column[name] = timestamp_column(column.get(name), batch.num_rows)
     cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
     texts = column["payload"].to_pylist()
     canonical = [
@@ -164,6 +169,18 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     valid["payload_sha256"] = _sha256_hex(good)
     rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
     return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
+
+
+def timestamp_column(values: Any, rows: int) -> Any:
+    """A timestamp column as instants in UTC (all nulls when the batch has none), so
+    its values are aware datetimes for ``check_row`` (a column without a time zone
+    holds UTC: Spark's Arrow timestamps)."""
+    import pyarrow as pa
+
+    utc = pa.timestamp("us", tz="UTC")
+    if values is None:
+        return pa.nulls(rows, utc)
+    return values.cast(utc)
 
 
 def _sha256_hex(good: list[bytes]) -> Any:
@@ -209,6 +226,9 @@ def _plain(column: Mapping[str, Any], endpoints: Mapping[str, str]) -> Any:
     )
     plain = pc.and_kleene(plain, pc.is_in(column["endpoint"], value_set=webhooks))
     plain = pc.and_kleene(plain, pc.is_null(column["supersedes"]))  # corrections: per row
+    # A send-by time not after not_before: per row (check_expires_at says why).
+    never = pc.fill_null(pc.less_equal(column["expires_at"], column["not_before"]), False)
+    plain = pc.and_kleene(plain, pc.invert(never))
     plain = pc.and_kleene(plain, _clean_text(column["endpoint"], None, required=True))
     for field, limit in _TEXT_LIMITS:
         plain = pc.and_kleene(plain, _clean_text(column[field], limit))

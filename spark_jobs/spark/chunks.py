@@ -26,8 +26,9 @@ _Q = sqltext.beside(__file__, "executor.sql")
 # Two runs inserting overlapping keys in different orders can deadlock; PostgreSQL
 # aborts one chunk, which is simply tried again (it is one transaction).
 _DEADLOCK_TRIES = 5
-# The checked columns COPY writes into effects (not_before goes to next_attempt_at).
-_EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name != "not_before")
+# The checked text and JSON columns COPY writes into effects, in its order; then
+# expires_at, and not_before (as next_attempt_at) for rows that have one.
+_EFFECT_COLUMNS = tuple(name for name in VALID_COLUMNS if name not in ("not_before", "expires_at"))
 # psycopg2 sends a COPY in pieces of this size (its default, 8 KiB, means ~3,000 calls a chunk).
 _READ_BYTES = 1 << 20
 
@@ -217,7 +218,7 @@ def _tagged_copy(valid: Any, run: RunTag) -> tuple[CopyData, CopyData | None]:
 def _copy_stream(rows: Any, run: RunTag, *, scheduled: bool) -> CopyData:
     """Fields in the order of executor.sql's COPY column lists."""
     shared = (
-        pgbinary.field_count(len(_EFFECT_COLUMNS) + 3 + int(scheduled))
+        pgbinary.field_count(len(_EFFECT_COLUMNS) + 4 + int(scheduled))
         + pgbinary.text(run.job)
         + pgbinary.text(run.batch_id)
         + pgbinary.uuid_field(run.run_id)
@@ -228,6 +229,7 @@ def _copy_stream(rows: Any, run: RunTag, *, scheduled: bool) -> CopyData:
         else pgbinary.text_column(rows.column(name))
         for name in _EFFECT_COLUMNS
     ]
+    columns.append(pgbinary.timestamptz_column(rows.column("expires_at")))
     if scheduled:
         columns.append(pgbinary.timestamptz_column(rows.column("not_before")))
     return pgbinary.copy_stream(rows.num_rows, shared, columns)

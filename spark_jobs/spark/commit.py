@@ -9,8 +9,9 @@ transaction, step by step (each a function below, each statement in commit.sql):
 2. insert the marker: the fence; a conflict means another run won: roll back;
 3. check that every staged row the succeeded tasks reported is there;
 4. refuse the batch if on_invalid="fail" and it has rejects;
-5. merge the result rows into the user's table, the rows it refuses becoming
-   rejects (spark_outbox.spark.result_rejects); move the effects' rejects;
+5. merge the result rows into the user's table, recording each for the batch
+   (reconciliation re-reads the table), the rows it refuses becoming rejects
+   (spark_outbox.spark.result_rejects); move the effects' rejects;
 6. take the visibility lock, then take over the deferred keys still held by a
    run without a marker; count new (per endpoint), deduplicated and mismatched effects;
 7. the volume guard (spark_outbox.spark.guard): an outsized batch is held, its effects
@@ -106,7 +107,8 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
     started = time.monotonic()
     with engine.connect() as conn:
         claim_run(conn, request)
-        if not insert_marker(conn, request):
+        marker_id = insert_marker(conn, request)
+        if marker_id is None:
             conn.rollback()
             return BatchOutcome(
                 job=request.job,
@@ -116,7 +118,7 @@ def _commit_once(engine: Engine, request: CommitRequest, written: Written) -> Ba
             )
         check_staged(conn, request, written)
         refuse_invalid(conn, request, written)
-        merged = merge_results(conn, request, written)
+        merged = merge_results(conn, request, written, marker_id)
         rejects = move_rejects(conn, request, written) + merged.rejects
         conn.execute(_Q["take_visibility_lock"], {"lock_id": VISIBILITY_LOCK_ID})
         counts, by_endpoint, keys = resolve_effects(conn, request, written, merged.rows, rejects)
@@ -141,8 +143,10 @@ def claim_run(conn: Connection, request: CommitRequest) -> None:
         )
 
 
-def insert_marker(conn: Connection, request: CommitRequest) -> bool:
-    """The fence; False when another run holds the batch (it committed first)."""
+def insert_marker(conn: Connection, request: CommitRequest) -> int | None:
+    """The fence: the marker's id; None when another run holds the batch (it
+    committed first). It names where the result rows go (reconciliation reads it)."""
+    spec = request.results
     params = {
         "job": request.job,
         "batch_id": request.batch_id,
@@ -150,8 +154,13 @@ def insert_marker(conn: Connection, request: CommitRequest) -> bool:
         "spark_app_id": request.spark_app_id,
         "trace_parent": request.trace.traceparent if request.trace else None,
         "trace_state": request.trace.tracestate if request.trace else None,
+        "results_table": spec.table if spec else None,
+        "result_keys": list(spec.conflict_keys) if spec else None,
+        "result_columns": list(request.result_columns) if spec else None,
+        "result_stamp": list(spec.batch_columns) if spec and spec.batch_columns else None,
     }
-    return conn.execute(_Q["insert_marker"], params).first() is not None
+    found = conn.execute(_Q["insert_marker"], params).first()
+    return None if found is None else int(found[0])
 
 
 def check_staged(conn: Connection, request: CommitRequest, written: Written) -> None:
@@ -186,12 +195,15 @@ def refuse_invalid(conn: Connection, request: CommitRequest, written: Written) -
     )
 
 
-def merge_results(conn: Connection, request: CommitRequest, written: Written) -> Merged:
-    """Result rows into the user's table; rows it refuses become rejects
-    (spark_outbox.spark.result_rejects), or end the batch with on_invalid="fail"."""
+def merge_results(
+    conn: Connection, request: CommitRequest, written: Written, marker_id: int
+) -> Merged:
+    """Result rows into the user's table, each recorded for the batch; rows it
+    refuses become rejects (spark_outbox.spark.result_rejects), or end the batch
+    with on_invalid="fail"."""
     if request.results is None or not written.total("rows", "results"):
         return Merged()
-    return result_rejects.merge(conn, request, written.ids("results"))
+    return result_rejects.merge(conn, request, written.ids("results"), batch_ref=marker_id)
 
 
 def move_rejects(conn: Connection, request: CommitRequest, written: Written) -> int:

@@ -30,9 +30,13 @@ DELETE FROM batch_runs WHERE run_id = :run_id AND swept_at IS NULL RETURNING run
 -- name: insert_marker
 -- The fence: a racing run waits on the unique index and then finds the conflict;
 -- nothing is returned when another run won. Committed, it makes the run's
--- effects visible (the visible_effects view looks markers up by run_id).
-INSERT INTO batches (job, batch_id, run_id, spark_app_id, trace_parent, trace_state)
-VALUES (:job, :batch_id, :run_id, :spark_app_id, :trace_parent, :trace_state)
+-- effects visible (the visible_effects view looks markers up by run_id). It
+-- names where the batch's result rows go, for reconciliation (migration 2721).
+INSERT INTO batches (job, batch_id, run_id, spark_app_id, trace_parent, trace_state,
+                     results_table, result_keys, result_columns, result_stamp)
+VALUES (:job, :batch_id, :run_id, :spark_app_id, :trace_parent, :trace_state, :results_table,
+        CAST(:result_keys AS text[]), CAST(:result_columns AS text[]),
+        CAST(:result_stamp AS text[]))
 ON CONFLICT (job, batch_id) DO NOTHING
 RETURNING id;
 
@@ -69,10 +73,12 @@ SELECT pg_advisory_xact_lock(:lock_id);
 -- become this run's: never swallowed by a run that may never commit. Keys held
 -- by a visible effect are left alone (deduplicated), as are keys in the ledger.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at,
+                     expires_at)
 SELECT DISTINCT ON (d.idempotency_key)
        d.idempotency_key, :job, :batch_id, d.run_id, d.endpoint, d.recipient, d.payload,
-       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now())
+       d.payload_sha256, d.ordering_key, d.reference, d.supersedes, COALESCE(d.not_before, now()),
+       d.expires_at
 FROM deferred_effects d
 WHERE d.run_id = :run_id AND d.task_id = ANY(:task_ids)
   AND NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = d.idempotency_key)
@@ -82,7 +88,7 @@ SET job = EXCLUDED.job, batch_id = EXCLUDED.batch_id, run_id = EXCLUDED.run_id,
     endpoint = EXCLUDED.endpoint, recipient = EXCLUDED.recipient, payload = EXCLUDED.payload,
     payload_sha256 = EXCLUDED.payload_sha256, ordering_key = EXCLUDED.ordering_key,
     reference = EXCLUDED.reference, supersedes = EXCLUDED.supersedes,
-    next_attempt_at = EXCLUDED.next_attempt_at,
+    next_attempt_at = EXCLUDED.next_attempt_at, expires_at = EXCLUDED.expires_at,
     created_at = now(), updated_at = now()
 WHERE effects.run_id IS DISTINCT FROM EXCLUDED.run_id
   AND NOT EXISTS (SELECT 1 FROM visible_effects v WHERE v.id = effects.id);
@@ -126,21 +132,44 @@ WHERE attrelid = to_regclass(:table) AND attnum > 0 AND NOT attisdropped;
 -- catalog): works for any results table, rows applied with jsonb_populate_record.
 -- {rows} picks the staged rows: the succeeded tasks', or one slice of a task's
 -- (spark_outbox.spark.result_rejects, when a row was refused).
--- Results go into the user's table, so they are merged here, in the commit.
-INSERT INTO {table} ({columns})
-SELECT {record_columns}
-FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
-WHERE s.run_id = :run_id AND {rows}
-ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments};
+-- Results go into the user's table, so they are merged here, in the commit. Each
+-- row is recorded for the batch as it stands after the merge (its key and the
+-- digest of the written columns: spark_outbox.core.resultrows), so reconciliation
+-- can tell later whether the table still holds what the batch wrote.
+WITH applied AS (
+    INSERT INTO {table} ({columns})
+    SELECT {record_columns}
+    FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
+    WHERE s.run_id = :run_id AND {rows}
+    ON CONFLICT ({conflict_keys}) DO UPDATE SET {assignments}
+    RETURNING {key} AS key, {digest} AS row_sha256
+), recorded AS (
+    INSERT INTO batch_result_rows (batch_ref, key, row_sha256)
+    SELECT :batch_ref, key, row_sha256 FROM applied
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM applied;
 
 -- name: insert_results_template
 -- The same for a results DataFrame of conflict keys only: nothing to overwrite
--- or add (DO UPDATE SET needs a column), so a row already there is kept.
-INSERT INTO {table} ({columns})
-SELECT {record_columns}
-FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
-WHERE s.run_id = :run_id AND {rows}
-ON CONFLICT ({conflict_keys}) DO NOTHING;
+-- or add (DO UPDATE SET needs a column), so a row already there is kept; every
+-- staged row is recorded (the table holds its key either way), counted applied
+-- only if it was new.
+WITH applied AS (
+    INSERT INTO {table} ({columns})
+    SELECT {record_columns}
+    FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
+    WHERE s.run_id = :run_id AND {rows}
+    ON CONFLICT ({conflict_keys}) DO NOTHING
+    RETURNING 1
+), recorded AS (
+    INSERT INTO batch_result_rows (batch_ref, key, row_sha256)
+    SELECT :batch_ref, {staged_key}, {staged_digest}
+    FROM staged_results s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) r
+    WHERE s.run_id = :run_id AND {rows}
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM applied;
 
 -- name: hold_effects
 -- A held batch's effects wait at the far end of the due index: the claim's range

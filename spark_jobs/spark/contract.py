@@ -4,7 +4,10 @@ Required: ``idempotency_key`` (64 hex), ``endpoint`` (a registered name),
 ``payload`` (a JSON object, as text or as a struct/map column). Optional:
 ``recipient``, ``ordering_key``, ``reference`` (a business reference such as an
 invoice number, at most 200 characters), ``supersedes`` (the key of the effect
-a correction replaces: spark_outbox.spark.keys.supersedes_column), ``not_before`` (timestamp), and
+a correction replaces: spark_outbox.spark.keys.supersedes_column), ``not_before`` (timestamp),
+``expires_at`` (the send-by time: a time column, never text, since a text the
+job meant as a time but that does not parse must never become "no send-by
+time"; after it the effect is never sent and ends 'expired'), and
 ``reject_reason``: a job that already knows a row is bad (an input event it
 cannot bill) sets it, and the row goes to rejects with that reason, counted on
 the batch marker, in the same commit. Missing required columns are a mistake in
@@ -19,7 +22,9 @@ from spark_outbox.core.errors import ConfigurationError
 
 REQUIRED = ("idempotency_key", "endpoint", "payload")
 OPTIONAL_TEXT = ("recipient", "ordering_key", "reference", "supersedes", "reject_reason")
-OPTIONAL_TIMES = ("not_before",)
+OPTIONAL_TIMES = ("not_before", "expires_at")
+# Time columns refused unless they hold times (the others are cast, as ever).
+STRICT_TIMES = ("expires_at",)
 # Every column of the contract, in the order the executors receive them.
 COLUMNS = (*REQUIRED, *OPTIONAL_TEXT, *OPTIONAL_TIMES)
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "false"}
@@ -52,9 +57,25 @@ def effect_frame(df: Any) -> Any:
         value = F.col(name).cast("string") if name in df.columns else F.lit(None).cast("string")
         columns.append(value.alias(name))
     for name in OPTIONAL_TIMES:
+        if name in df.columns and name in STRICT_TIMES:
+            _check_time_type(df, name)
         value = F.col(name) if name in df.columns else F.lit(None)
         columns.append(value.cast("timestamp").alias(name))
     return df.select(*columns)
+
+
+def _check_time_type(df: Any, name: str) -> None:
+    """A send-by column holds times (timestamp; timestamp_ntz and date are read in
+    the session's time zone, as the data source reads them), never text: a text the
+    job meant as a time that did not parse would become "no send-by time"."""
+    from pyspark.sql import types as T
+
+    found = df.schema[name].dataType
+    if not isinstance(found, T.TimestampType | T.TimestampNTZType | T.DateType):
+        raise ConfigurationError(
+            f"effects column {name} is {found.simpleString()}, not a timestamp; make it one "
+            f"explicitly, e.g. F.to_timestamp(F.col('{name}'), \"yyyy-MM-dd'T'HH:mm:ssXXX\")"
+        )
 
 
 def result_frame(df: Any) -> Any:

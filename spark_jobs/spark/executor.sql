@@ -16,6 +16,7 @@ CREATE TEMP TABLE IF NOT EXISTS incoming_effects (
     ordering_key text,
     reference text,
     supersedes text,
+    expires_at timestamptz,
     next_attempt_at timestamptz
 ) ON COMMIT DELETE ROWS;
 
@@ -35,29 +36,33 @@ WHERE idempotency_key = ANY(%(keys)s);
 -- straight into the outbox, in parallel with the other partitions. A taken
 -- key raises unique_violation and the chunk goes through incoming_effects.
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-              payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT binary);
+              payload_sha256, ordering_key, reference, supersedes, expires_at)
+FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_scheduled_effects
 -- The same for rows with not_before (the default next_attempt_at is now()).
 COPY effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-              payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
+              payload_sha256, ordering_key, reference, supersedes, expires_at, next_attempt_at)
 FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-                       payload_sha256, ordering_key, reference, supersedes) FROM STDIN WITH (FORMAT binary);
+                       payload_sha256, ordering_key, reference, supersedes, expires_at)
+FROM STDIN WITH (FORMAT binary);
 
 -- name: copy_scheduled_incoming
 COPY incoming_effects (job, batch_id, run_id, idempotency_key, endpoint, recipient, payload,
-                       payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
+                       payload_sha256, ordering_key, reference, supersedes, expires_at,
+                       next_attempt_at)
 FROM STDIN WITH (FORMAT binary);
 
 -- name: insert_effects
 -- The chunk where keys may be taken: those rows are skipped here, classified next.
 INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, payload,
-                     payload_sha256, ordering_key, reference, supersedes, next_attempt_at)
+                     payload_sha256, ordering_key, reference, supersedes, expires_at,
+                     next_attempt_at)
 SELECT i.idempotency_key, i.job, i.batch_id, i.run_id, i.endpoint, i.recipient, i.payload,
-       i.payload_sha256, i.ordering_key, i.reference, i.supersedes,
+       i.payload_sha256, i.ordering_key, i.reference, i.supersedes, i.expires_at,
        COALESCE(i.next_attempt_at, now())
 FROM incoming_effects i
 WHERE NOT EXISTS (SELECT 1 FROM key_ledger l WHERE l.idempotency_key = i.idempotency_key)
@@ -83,9 +88,10 @@ WITH classified AS (
 ), deferred AS (
     INSERT INTO deferred_effects (run_id, task_id, idempotency_key, endpoint, recipient, payload,
                                   payload_sha256, ordering_key, reference, supersedes,
-                                  not_before)
+                                  not_before, expires_at)
     SELECT %(run_id)s, %(task_id)s, c.idempotency_key, c.endpoint, c.recipient, c.payload,
-           c.payload_sha256, c.ordering_key, c.reference, c.supersedes, c.next_attempt_at
+           c.payload_sha256, c.ordering_key, c.reference, c.supersedes, c.next_attempt_at,
+           c.expires_at
     FROM classified c WHERE c.stored_sha256 IS NULL
     RETURNING 1
 )

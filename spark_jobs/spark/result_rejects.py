@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from spark_outbox.core import resultrows
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.spark import refusals
 from spark_outbox.spark.outcome import BatchNotCommitted, InvalidRows
@@ -48,11 +49,16 @@ class Merged:
     reasons: tuple[str, ...] = ()  # the first distinct reasons
 
 
-def merge(conn: Connection, request: CommitRequest, task_ids: list[int]) -> Merged:
-    """Merge the staged result rows of ``task_ids``; refused rows become rejects."""
+def merge(
+    conn: Connection, request: CommitRequest, task_ids: list[int], *, batch_ref: int
+) -> Merged:
+    """Merge the staged result rows of ``task_ids``, each row applied recorded for
+    the batch ``batch_ref`` (reconciliation re-reads the table with them); refused
+    rows become rejects."""
     assert request.results is not None
+    resultrows.pin_settings(conn)
     whole = apply_statement(conn, request.results, request.result_columns)
-    params = {"run_id": request.run_id, "task_ids": task_ids}
+    params = {"run_id": request.run_id, "task_ids": task_ids, "batch_ref": batch_ref}
     first = _attempt(conn, whole, params)
     if isinstance(first, int):
         return Merged(rows=first)
@@ -64,7 +70,7 @@ def merge(conn: Connection, request: CommitRequest, task_ids: list[int]) -> Merg
     _refuse_repeated_keys(conn, request, task_ids)
     sliced = apply_statement(conn, request.results, request.result_columns, ONE_SLICE)
     found: list[str] = []
-    rows = sum(_bisect(conn, request, task_id, sliced, found) for task_id in task_ids)
+    rows = sum(_bisect(conn, request, task_id, sliced, found, batch_ref) for task_id in task_ids)
     reasons = tuple(dict.fromkeys((*reasons, *found)))[:REASONS_SHOWN]
     return Merged(rows=rows, rejects=rejects + len(found), reasons=reasons)
 
@@ -75,7 +81,7 @@ def _attempt(
     """The merge under a savepoint: rows merged, or the error of a row refused."""
     try:
         with conn.begin_nested():
-            return int(conn.execute(statement, params).rowcount)
+            return int(conn.execute(statement, params).scalar_one())
     except sa.exc.DBAPIError as exc:
         if refusals.sqlstate(exc)[:2] not in ROW_ERROR_CLASSES:
             raise
@@ -125,10 +131,15 @@ def _refuse_repeated_keys(conn: Connection, request: CommitRequest, task_ids: li
 
 
 def _bisect(
-    conn: Connection, request: CommitRequest, task_id: int, sliced: sa.TextClause, found: list[str]
+    conn: Connection,
+    request: CommitRequest,
+    task_id: int,
+    sliced: sa.TextClause,
+    found: list[str],
+    batch_ref: int,
 ) -> int:
     """One task's rows merged in ctid slices, halved where refused: the rows merged."""
-    params = {"run_id": request.run_id, "task_id": task_id}
+    params = {"run_id": request.run_id, "task_id": task_id, "batch_ref": batch_ref}
     ctids = [r[0] for r in conn.execute(_Q["staged_slice_bounds"], params)]
     merged, todo = 0, [(0, len(ctids))]
     while todo:

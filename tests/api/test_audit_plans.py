@@ -17,7 +17,7 @@ from spark_outbox.console import audit, health, operations, rejects
 from spark_outbox.console.filters import build_filter
 from spark_outbox.core import db, queue
 from spark_outbox.core.sqlfile import queries_beside
-from spark_outbox.dispatch import retention
+from spark_outbox.dispatch import retention, store
 
 AUDIT = queries_beside(audit.__file__, "audit.sql")
 HEALTH = queries_beside(health.__file__, "health.sql")
@@ -25,6 +25,7 @@ QUEUE = queries_beside(queue.__file__, "queue.sql")
 REJECTS = queries_beside(rejects.__file__, "rejects.sql")
 RETENTION = queries_beside(retention.__file__, "retention.sql")
 OPERATIONS = queries_beside(operations.__file__, "operations.sql")
+STORE = queries_beside(store.__file__, "store.sql")
 N = 10_000
 
 
@@ -146,7 +147,7 @@ def test_retention_and_recover_read_through_their_indexes(loaded: Connection) ->
     # The batch is found through the purgeable index, never by scanning effects; its
     # attempts by effect_id (a nested loop at 100k+ effects; at this test's size the
     # planner may hash the small attempts table instead).
-    assert "ix_effects_purgeable" in _indexes(purge)
+    assert {"ix_effects_purgeable", "ix_effects_expired"} <= _indexes(purge)
     for node in _nodes(purge):
         assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")
     recover = _plan(
@@ -155,3 +156,10 @@ def test_retention_and_recover_read_through_their_indexes(loaded: Connection) ->
         {"endpoint": "billing-webhook", "since": now, "cap_plus_one": 1001},
     )
     assert _indexes(recover) == {"ix_effects_dead_endpoint_updated_at"}
+
+
+def test_the_expiry_pass_reads_only_effects_with_a_send_by_time(loaded: Connection) -> None:
+    plan = _plan(loaded, STORE["expire_due"], {"limit": 1000})
+    assert "ix_effects_expiring" in _indexes(plan)
+    for node in _nodes(plan):
+        assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")

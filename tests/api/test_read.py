@@ -41,6 +41,7 @@ def test_status_reports_counts_workers_endpoints_and_batches(
         "dead": 1,
         "cancelled": 0,
         "uncertain": 0,
+        "expired": 0,
     }
     assert body["queue"]["depth"] == 3 and body["queue"]["oldest_due_age_s"] >= 0
     assert body["delivered_last_5m"] == 1 and body["delivered_last_1h"] == 1
@@ -261,6 +262,7 @@ def test_batches_show_marker_and_live_counts(
         "dead": 0,
         "cancelled": 0,
         "uncertain": 0,
+        "expired": 0,
         "rejects": 0,
     }
     assert client.get("/v1/batches/billing/nope", headers=auth).status_code == 404

@@ -68,15 +68,11 @@ class Receiver:
         return [r.headers["webhook-id"] for r in self.seen(path)]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        at = time.time()  # when the request's head arrived (its body may still be coming)
         body = await request.read()
         with self._lock:
             self.requests.append(
-                Seen(
-                    request.path,
-                    {k.lower(): v for k, v in request.headers.items()},
-                    body,
-                    time.time(),
-                )
+                Seen(request.path, {k.lower(): v for k, v in request.headers.items()}, body, at)
             )
             script = self._scripts.get(request.path, [Reply()])
             reply = script.pop(0) if len(script) > 1 else script[0]

@@ -4,6 +4,7 @@ chunks; the continuous mode exports the counts as metrics."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import subprocess
@@ -94,7 +95,19 @@ def test_each_broken_invariant_is_found_and_named(
             {"r": run},
         )
         enqueue(conn, idempotency_key=effect_key("verify", "leased"), endpoint="hook", payload={})
+        enqueue(
+            conn,
+            idempotency_key=effect_key("verify", "overdue"),
+            endpoint="hook",
+            payload={},
+            expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1),
+        )
         sql = [
+            # A delivered effect whose send started after its send-by time.
+            (
+                "UPDATE effects SET expires_at = (SELECT min(started_at) FROM delivery_attempts"
+                " WHERE effect_id = effects.id) - interval '1 second' WHERE idempotency_key = :k6"
+            ),
             # A delivered effect that lost its delivered attempt, another its ledger row.
             (
                 "DELETE FROM delivery_attempts WHERE effect_id = "
@@ -152,6 +165,9 @@ def test_each_broken_invariant_is_found_and_named(
     assert "gone-worker" in found["lease_overdue"][0].detail
     assert [v.key for v in found["sent_before_commit"]] == [effect_key("verify", "flying")]
     assert [v.key for v in found["effect_without_marker"]] == [effect_key("verify", "orphan")]
+    assert [v.key for v in found["sent_after_expiry"]] == [keys[3]]
+    assert "attempt 1 (delivered) started" in found["sent_after_expiry"][0].detail
+    assert [v.key for v in found["expiry_overdue"]] == [effect_key("verify", "overdue")]
     (miscount,) = found["marker_counts"]
     assert "miscounted" in miscount.detail and "1 new effect" not in miscount.detail
     assert counted and "2 new effect(s)" in miscount.detail
@@ -160,7 +176,7 @@ def test_each_broken_invariant_is_found_and_named(
     lines = capsys.readouterr().out.splitlines()
     assert (
         lines[-1]
-        == f"verify: {len(lines) - 1} violation(s) (effects 26, finished 20, markers 2 row(s) read)"
+        == f"verify: {len(lines) - 1} violation(s) (effects 27, finished 20, markers 2 row(s) read)"
     )
     assert {json.loads(line)["check"] for line in lines[:-1]} == set(verify.CHECKS)
 

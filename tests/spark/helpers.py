@@ -26,6 +26,7 @@ EFFECT_ARROW_SCHEMA = pa.schema(
         ("supersedes", pa.string()),
         ("reject_reason", pa.string()),
         ("not_before", pa.timestamp("us", tz="UTC")),
+        ("expires_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 EFFECT_SCHEMA = "idempotency_key string, endpoint string, payload string, recipient string"

@@ -17,7 +17,7 @@ SELECT e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.pa
        e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at,
        e.lease_owner, e.lease_token, e.lease_expires_at, e.created_at, e.updated_at,
        e.delivered_at, e.last_error, e.reference, e.purged_at, e.run_id, e.supersedes,
-       e.send_started_at, e.resend_action_id
+       e.send_started_at, e.resend_action_id, e.expires_at
 FROM effects e
 WHERE e.run_id IS NULL
    OR EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id);
@@ -25,7 +25,9 @@ WHERE e.run_id IS NULL
 -- name: ready_effects
 -- Claimable but for per-key ordering: visible, unfinished, its endpoint not
 -- paused, its batch not held, no send started (a started send's outcome is
--- unknown until recorded; its expired lease becomes 'uncertain', never a resend).
+-- unknown until recorded; its expired lease becomes 'uncertain', never a resend),
+-- its send-by time (expires_at) not passed: an effect past it is never claimed,
+-- whether or not the dispatcher's expiry pass has moved it to 'expired' yet.
 -- The queue depth counts these (dispatcher/health.sql), so no count walks the
 -- ordering probe.
 CREATE OR REPLACE VIEW ready_effects AS
@@ -39,7 +41,8 @@ WHERE e.state IN ('pending', 'leased')
   -- read from the partial index of held markers.
   AND (e.run_id IS NULL
        OR e.run_id NOT IN (SELECT b.run_id FROM batches b WHERE b.hold_state = 'held'))
-  AND e.send_started_at IS NULL;
+  AND e.send_started_at IS NULL
+  AND (e.expires_at IS NULL OR e.expires_at > now());
 
 -- name: claimable_effects
 -- Ready, and on an ordered endpoint not behind an earlier unfinished effect of its
@@ -100,7 +103,8 @@ END $$;
 
 -- name: effects_unpark_on_finish
 -- An effect with an ordering key stops blocking its successor when it leaves
--- 'pending'/'leased' (delivered, dead, cancelled, uncertain).
+-- 'pending'/'leased' (delivered, dead, cancelled, uncertain, expired): an expired
+-- head of a key unblocks its successors when the expiry pass moves it.
 -- Dropped and created, not CREATE OR REPLACE TRIGGER: that needs PostgreSQL 14,
 -- and the outbox runs on 13 (docs/operations.md).
 DROP TRIGGER IF EXISTS effects_unpark_on_finish ON effects;

@@ -11,6 +11,7 @@ in a ``Sent`` may still hold the receiver's raw bytes: ``delivery`` cleans them
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(slots=True)  # one per delivery: see store.Claimed
 class Sent:
-    """What one attempt produced: ``outcome`` is delivered, retry, dead or gone."""
+    """What one attempt produced: ``outcome`` is delivered, retry, dead, gone or
+    expired (its send-by time came before the first byte: nothing was sent)."""
 
     outcome: str
     status_code: int | None = None
@@ -33,6 +35,22 @@ class Sent:
     # For an endpoint that cannot deduplicate the attempt ends 'uncertain', not
     # retried (docs/dispatcher.md, "Uncertain sends").
     handed_over: bool = False
+
+
+def past_send_by(effect: Claimed) -> bool:
+    """Has the effect's send-by time come (on the worker's clock, never later than
+    the database's: ``store.Claimed.send_by``)? Asked right before a send's first
+    byte: from then on no byte of it may go out."""
+    return effect.send_by is not None and time.monotonic() >= effect.send_by
+
+
+def expired(where: str) -> Sent:
+    """The attempt that stopped at the send-by check: nothing was sent."""
+    return Sent(
+        "expired",
+        error_class="Expired",
+        error=f"not sent: its send-by time came {where}",
+    )
 
 
 class Channel(Protocol):

@@ -95,8 +95,9 @@ class Failure(Exception):
     """A send that produced no usable answer, with what is known of how far it got.
 
     ``kind``: ``Timeout``, ``ConnectFailed``, ``SsrfRefused``, ``InvalidUrl``,
-    ``InvalidHeader``, ``BadResponse`` (the answer broke HTTP/1.1 or a limit) or
-    ``Disconnected``. ``written``: the whole request reached the socket.
+    ``InvalidHeader``, ``BadResponse`` (the answer broke HTTP/1.1 or a limit),
+    ``Disconnected`` or ``Expired`` (nothing written: the send-by time came first).
+    ``written``: the whole request reached the socket.
     ``status``: the answer's status code, if its status line arrived. ``received``:
     the answer's bytes that arrived. ``answer``: the answer, if its whole head
     arrived (a deadline in its body: ``Client.post`` returns it, the status decides).
@@ -534,12 +535,20 @@ class Client:
         self._idle_count = 0
 
     async def post(
-        self, target: Target, headers: Iterable[tuple[str, str]], body: bytes, timeout_s: float
+        self,
+        target: Target,
+        headers: Iterable[tuple[str, str]],
+        body: bytes,
+        timeout_s: float,
+        send_by: float | None = None,
     ) -> Answer:
         """One POST under one total deadline: the answer, or ``Failure``.
 
         An answer whose body broke off after the status line is still an answer
         (``body_error`` says what happened); a deadline once the head arrived too.
+        ``send_by`` (``time.monotonic()``): from then on no byte of the request is
+        written (``Failure`` ``Expired``, checked once the connection is ready, right
+        before the write; the connection is closed: it may be mid-handshake state).
         """
         request = _request(target, headers, body)
         deadline = asyncio.get_running_loop().time() + timeout_s
@@ -551,6 +560,9 @@ class Client:
                     conn = await self._connect(target)
             except TimeoutError:
                 raise Failure("Timeout", f"no answer in {timeout_s:.3g}s") from None
+        if send_by is not None and time.monotonic() >= send_by:
+            conn.close()
+            raise Failure("Expired", "its send-by time came before the first byte: not sent")
         try:
             answer = await conn.exchange(request, deadline, timeout_s)
         except Failure as failure:

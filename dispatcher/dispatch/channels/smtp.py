@@ -37,7 +37,7 @@ from spark_outbox.core.endpoints import Endpoint
 from spark_outbox.core.errors import InvalidEffect
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.validation import check_email_effect
-from spark_outbox.dispatch.channels import Sent
+from spark_outbox.dispatch.channels import Sent, expired, past_send_by
 from spark_outbox.dispatch.store import Claimed
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,11 @@ class EmailChannel:
         handed = _HandedOver()
         try:
             async with asyncio.timeout(timeout_s):
-                client = await self._converse(endpoint, recipient, data, timeout_s, handed)
+                client = await self._converse(
+                    endpoint, effect, (recipient, data), timeout_s, handed
+                )
+        except _Expired:
+            return expired("before the message's first byte (after the server said 354)")
         except Exception as exc:  # the server's doing, never the worker's end
             return dataclasses.replace(_classify(exc, timeout_s), handed_over=handed.done)
         with contextlib.suppress(Exception):  # accepted: a failed QUIT changes nothing
@@ -172,14 +176,18 @@ class EmailChannel:
     async def _converse(
         self,
         endpoint: Endpoint,
-        recipient: str,
-        data: bytes,
+        effect: Claimed,
+        message: tuple[str, bytes],
         timeout_s: float,
         handed: _HandedOver,
     ) -> aiosmtplib.SMTP:
         """MAIL, RCPT, DATA driven step by step, so that ``handed`` says whether the
         whole message (up to the DATA terminator) was written and no answer came
-        back: the server may then have accepted it. Returns the client after the 250."""
+        back: the server may then have accepted it. Returns the client after the 250.
+        The envelope carries no part of the message: the send-by check comes right
+        before the message's first byte (after 354), and a late one ends the
+        conversation there (``_Expired``: the server drops an unfinished DATA)."""
+        recipient, data = message
         plaintext = endpoint.smtp_tls == "none"
         client = aiosmtplib.SMTP(
             hostname=endpoint.smtp_host or "",
@@ -203,6 +211,8 @@ class EmailChannel:
                 raise aiosmtplib.SMTPDataError(ready.code, ready.message)
             if client.protocol is None:
                 raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+            if past_send_by(effect):  # the message's first byte is next
+                raise _Expired
             client.protocol.write(_data_section(data))
             handed.done = True
             answer = await client.protocol.read_response(timeout=timeout_s)
@@ -218,6 +228,10 @@ class EmailChannel:
 @dataclasses.dataclass
 class _HandedOver:
     done: bool = False
+
+
+class _Expired(Exception):
+    """The send-by time came during the envelope: the message is not written."""
 
 
 def _data_section(message: bytes) -> bytes:

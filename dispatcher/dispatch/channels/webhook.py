@@ -24,7 +24,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.endpoints import Endpoint, secret_bytes
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import signing
-from spark_outbox.dispatch.channels import Sent
+from spark_outbox.dispatch.channels import Sent, expired
 from spark_outbox.dispatch.channels.http1 import Answer, Client, Failure
 from spark_outbox.dispatch.retry import parse_retry_after
 from spark_outbox.dispatch.store import Claimed
@@ -167,8 +167,12 @@ class WebhookChannel:
             headers.update(effect.trace.headers)
         try:
             target = self._client.target(endpoint.url or "")
-            answer = await self._client.post(target, headers.items(), body, timeout_s)
+            answer = await self._client.post(
+                target, headers.items(), body, timeout_s, effect.send_by
+            )
         except Failure as failure:
+            if failure.kind == "Expired":
+                return expired("before the request's first byte (connection ready)")
             return failed(failure)
         outcome, reason = classify(answer.status, answer.header("Location"))
         note = answer.body_error or ""

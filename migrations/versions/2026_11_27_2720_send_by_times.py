@@ -1,0 +1,161 @@
+"""Send-by times: an optional expiry per effect, and the state ``expired``.
+
+- ``effects.expires_at`` (NULL: no send-by time). Once it has passed the effect
+  is never sent: ``ready_effects`` (so the claim, the queue figures and the idle
+  check) leaves it out, the dispatcher checks it again right before the first
+  byte of a send, and its expiry pass moves it to ``expired`` with the reason.
+- state ``expired`` in ``effects`` and ``key_ledger`` (retention writes an
+  expired key to the ledger when it purges it, as it does dead ones). The two
+  CHECK constraints are replaced ``NOT VALID`` (no scan under the exclusive
+  lock, which is held for the catalog change only) and validated afterwards,
+  outside the transaction, under a lock that lets writes go on.
+- ``deferred_effects.expires_at``: a deferred key taken over keeps its expiry.
+- ``ix_effects_expiring``: unfinished effects with a send-by time, by it (the
+  expiry pass); ``ix_effects_expired``: expired effects not yet purged, by when
+  (retention, /metrics). Both partial and built ``CONCURRENTLY``.
+
+Expand only: the previous release's dispatcher keeps working on it (its claim
+reads the new ``due_effects`` and so never takes an expired effect; it writes no
+``expires_at``), and so does its sink.
+
+Revision ID: 2720
+Revises: 2730
+Create Date: 2026-11-27 12:00:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context, op
+
+from spark_outbox.core import objects
+
+revision = "2720"
+down_revision = "2730"
+branch_labels = None
+depends_on = None
+
+STATES = "'pending', 'leased', 'delivered', 'dead', 'cancelled', 'uncertain'"
+LEDGER_STATES = "'delivered', 'dead', 'cancelled'"
+EXPIRING = "expires_at IS NOT NULL AND state IN ('pending', 'leased')"
+EXPIRED = "state = 'expired' AND purged_at IS NULL"
+
+# due.sql as revision 2710 left it (visible_effects without expires_at, ready_effects
+# without the send-by filter, and the two views built on them): what a downgrade
+# puts back.
+VISIBLE_EFFECTS_2710 = """
+CREATE OR REPLACE VIEW visible_effects AS
+SELECT e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.payload,
+       e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at,
+       e.lease_owner, e.lease_token, e.lease_expires_at, e.created_at, e.updated_at,
+       e.delivered_at, e.last_error, e.reference, e.purged_at, e.run_id, e.supersedes,
+       e.send_started_at, e.resend_action_id
+FROM effects e
+WHERE e.run_id IS NULL
+   OR EXISTS (SELECT 1 FROM batches b WHERE b.run_id = e.run_id)
+"""
+
+READY_EFFECTS_2710 = """
+CREATE OR REPLACE VIEW ready_effects AS
+SELECT e.*
+FROM visible_effects e
+WHERE e.state IN ('pending', 'leased')
+  AND e.endpoint NOT IN (SELECT p.name FROM endpoints p WHERE NOT p.enabled)
+  AND (e.run_id IS NULL
+       OR e.run_id NOT IN (SELECT b.run_id FROM batches b WHERE b.hold_state = 'held'))
+  AND e.send_started_at IS NULL
+"""
+
+CLAIMABLE_EFFECTS_2710 = """
+CREATE OR REPLACE VIEW claimable_effects AS
+SELECT e.*
+FROM ready_effects e
+WHERE e.ordering_key IS NULL
+   OR e.endpoint NOT IN (SELECT o.name FROM endpoints o WHERE o.ordered)
+   OR (SELECT 1 FROM effects p
+       WHERE p.endpoint = e.endpoint AND p.ordering_key = e.ordering_key
+         AND p.state IN ('pending', 'leased')
+         AND (p.created_at, p.id) < (e.created_at, e.id)
+       ORDER BY p.created_at DESC, p.id DESC
+       LIMIT 1) IS NULL
+"""
+
+DUE_EFFECTS_2710 = """
+CREATE OR REPLACE VIEW due_effects AS
+SELECT * FROM claimable_effects WHERE next_attempt_at <= now()
+"""
+
+
+def _states(table: str, states: str, *, later: bool = True) -> None:
+    """Replace a table's state check; ``later``: NOT VALID, validated by the caller."""
+    op.execute(
+        f"ALTER TABLE {table} DROP CONSTRAINT ck_{table}_state, "
+        f"ADD CONSTRAINT ck_{table}_state CHECK (state IN ({states}))"
+        + (" NOT VALID" if later else "")
+    )
+
+
+def upgrade() -> None:
+    # The catalog changes below need effects' exclusive lock for an instant; behind a
+    # long transaction they would queue every dispatcher behind them: give up instead.
+    op.execute("SET LOCAL lock_timeout = '10s'")
+    for table in ("effects", "deferred_effects"):
+        column = sa.Column("expires_at", sa.DateTime(timezone=True))
+        op.add_column(table, column, if_not_exists=True)
+    _states("effects", f"{STATES}, 'expired'")
+    _states("key_ledger", f"{LEDGER_STATES}, 'expired'")
+    op.execute(objects.concern("due"))
+    # What comes before is committed here; a failure below leaves the revision at
+    # 1804 and the upgrade can simply run again (every step above repeats safely).
+    with op.get_context().autocommit_block():
+        op.execute("ALTER TABLE effects VALIDATE CONSTRAINT ck_effects_state")
+        op.execute("ALTER TABLE key_ledger VALIDATE CONSTRAINT ck_key_ledger_state")
+        _index_concurrently("ix_effects_expiring", ["expires_at"], EXPIRING)
+        _index_concurrently("ix_effects_expired", ["updated_at", "id"], EXPIRED)
+
+
+def _index_concurrently(name: str, columns: list[str], where: str) -> None:
+    """Built without blocking writes; an invalid one a failed build left is dropped first."""
+    if not context.is_offline_mode():
+        invalid = op.get_bind().execute(
+            sa.text(
+                "SELECT NOT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE c.relname = :name"
+            ),
+            {"name": name},
+        )
+        if invalid.scalar():
+            op.execute(f"DROP INDEX CONCURRENTLY {name}")
+    op.create_index(
+        name,
+        "effects",
+        columns,
+        postgresql_where=sa.text(where),
+        postgresql_concurrently=True,
+        if_not_exists=True,
+    )
+
+
+def downgrade() -> None:
+    # Expired effects become cancelled (never sent, finished), the closest state
+    # the old schema has; their send-by times are dropped with the column.
+    op.execute(
+        "UPDATE effects SET state = 'cancelled', "
+        "last_error = 'expired (downgraded): ' || COALESCE(last_error, '') "
+        "WHERE state = 'expired'"
+    )
+    op.execute("UPDATE key_ledger SET state = 'cancelled' WHERE state = 'expired'")
+    op.drop_index("ix_effects_expired", table_name="effects", postgresql_where=sa.text(EXPIRED))
+    op.drop_index("ix_effects_expiring", table_name="effects", postgresql_where=sa.text(EXPIRING))
+    _states("effects", STATES, later=False)
+    _states("key_ledger", LEDGER_STATES, later=False)
+    op.execute("DROP VIEW due_effects")
+    op.execute("DROP VIEW claimable_effects")
+    op.execute("DROP VIEW ready_effects")
+    op.execute("DROP VIEW visible_effects")
+    op.drop_column("effects", "expires_at")
+    op.drop_column("deferred_effects", "expires_at")
+    op.execute(VISIBLE_EFFECTS_2710)
+    op.execute(READY_EFFECTS_2710)
+    op.execute(CLAIMABLE_EFFECTS_2710)
+    op.execute(DUE_EFFECTS_2710)
