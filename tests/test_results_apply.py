@@ -74,5 +74,5 @@ def test_a_results_frame_lacking_a_not_null_column_without_default_is_refused_na
         )
         spec = ResultsSpec("scored", ("id",))
         with pytest.raises(ConfigurationError, match=r"lacks column\(s\) \['score'\]"):
-            apply_statement(conn, spec, ("id",))
-        apply_statement(conn, spec, ("id", "score"))  # 'at' has a default: not required
+            results.apply_statement(conn, spec, ("id",))
+        results.apply_statement(conn, spec, ("id", "score"))  # 'at' has a default: not required

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
