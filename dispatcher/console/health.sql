@@ -1,13 +1,3 @@
--- name: counts_by_state
--- Visible effects per state (ix_effects_state_created_at_id, plus the marker probe).
-SELECT state, count(*) AS n FROM visible_effects GROUP BY state;
-
--- name: queue_counts
--- The unfinished states only, for /metrics on every scrape: small when the queue drains.
-SELECT state, count(*) AS n FROM visible_effects
-WHERE state IN ('pending', 'leased', 'dead', 'uncertain')
-GROUP BY state;
-
 -- name: recent_deliveries
 -- Throughput from the attempt log (ix_delivery_attempts_started_at).
 SELECT count(*) FILTER (WHERE started_at > now() - interval '5 minutes') AS last_5m,

@@ -422,6 +422,22 @@ enqueue_mismatches = sa.Table(
     sa.Index(None, "at"),
 )
 
+# How many effects each (endpoint, state, run) holds, kept by the statement
+# triggers of objects/counts.sql (migration 2770): rows are only inserted by
+# writers (a change of +n or -n), folded by the dispatchers into one row per
+# group (spark_outbox.core.counts), summed by /v1/status and /metrics, so no read
+# counts the history. run_id: the Spark run whose rows these are (NULL: enqueued);
+# they count once the run has a marker.
+effect_counts = sa.Table(
+    "effect_counts",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("endpoint", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=True)),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+
 worker_heartbeats = sa.Table(
     "worker_heartbeats",
     metadata,

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from spark_outbox.core import queue
+from spark_outbox.core import counts, queue
 from spark_outbox.core.settings import DEFAULT_BREAKER, Breaker, Settings
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch import prepared as _prepared
@@ -365,6 +365,12 @@ def due_soon(engine: Engine, within_s: float) -> bool:
 def queue_stats(engine: Engine) -> queue.QueueStats:
     with engine.connect() as conn:
         return queue.queue_stats(conn)
+
+
+def fold_counts(engine: Engine) -> int:
+    """Keep the effect counts few rows (``spark_outbox.core.counts``); rows folded."""
+    with engine.begin() as conn:
+        return counts.fold(conn)
 
 
 # "Failing continuously" needs this many failed attempts besides the time, so
