@@ -32,24 +32,29 @@ def load(
     effects: int,
     days: int = 365,
     now: dt.datetime | None = None,
+    first: int = 1,
+    per_batch: int = PER_BATCH,
     chunk: int = 250_000,
     workers: int = 2,
 ) -> None:
-    """``effects`` effects over ``days`` days up to ``now``, in chunks of ``chunk``."""
-    chunk = max(PER_BATCH, chunk - chunk % PER_BATCH)  # a batch never spans two chunks
-    params = {"n_effects": effects, "days": days, "per_batch": PER_BATCH}
+    """``effects`` effects numbered from ``first`` (1 + a multiple of ``per_batch``),
+    ``per_batch`` a marker, over ``days`` days up to ``now``, in chunks of ``chunk``."""
+    if first % per_batch != 1 % per_batch:
+        raise ValueError(f"first={first}: use 1 + a multiple of per_batch ({per_batch})")
+    chunk = max(per_batch, chunk - chunk % per_batch)  # a batch never spans two chunks
+    params = {"n_effects": effects, "days": days, "per_batch": per_batch, "first": first}
     params["now"] = now or dt.datetime.now(dt.UTC)
     with engine.begin() as conn:
         conn.execute(_Q["endpoints"])
 
     def one(lo: int) -> None:
-        bounds = {**params, "lo": lo, "hi": min(effects, lo + chunk - 1)}
+        bounds = {**params, "lo": lo, "hi": min(first + effects - 1, lo + chunk - 1)}
         with engine.begin() as conn:
             for name in ("batches", "effects", "rejects"):
                 conn.execute(_Q[name], bounds)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, range(1, effects + 1, chunk)))
+        list(pool.map(one, range(first, first + effects, chunk)))
 
 
 def key_of(i: int) -> str:

@@ -1,7 +1,8 @@
 -- A year of outbox history in miniature (cli/tools/history.py): one chunk of
 -- effects :lo..:hi, with what the running system would have written beside them.
--- Every statement is a pure function of (:lo, :hi, :n_effects, :days, :now), so
--- chunks load side by side on several connections and give the same rows.
+-- Effects are numbered :first .. :first + :n_effects - 1 (a second history loads
+-- beside a first with other numbers). Every statement is a pure function of its
+-- parameters, so chunks load side by side on several connections.
 
 -- name: endpoints
 -- The three destinations every effect goes to (names the other statements use).
@@ -22,7 +23,8 @@ INSERT INTO batches (job, batch_id, run_id, committed_at, result_rows, effects_t
                      effects_new, rejects, duration_s, effects_new_by_endpoint)
 SELECT 'billing', 'b-' || b, md5('run-' || b)::uuid,
        CAST(:now AS timestamptz) - make_interval(days => :days)
-           + (b - 1) * (make_interval(days => :days) / CEIL(CAST(:n_effects AS float8) / :per_batch)),
+           + (b - 1 - (CAST(:first AS bigint) - 1) / :per_batch)
+             * (make_interval(days => :days) / CEIL(CAST(:n_effects AS float8) / :per_batch)),
        :per_batch, :per_batch, :per_batch, 5, 2.5,
        jsonb_build_object('billing-webhook', :per_batch * 6 / 10, 'billing-email', :per_batch * 3 / 10)
 FROM generate_series((CAST(:lo AS bigint) - 1) / :per_batch + 1, (CAST(:hi AS bigint) - 1) / :per_batch + 1) b;
@@ -31,9 +33,10 @@ FROM generate_series((CAST(:lo AS bigint) - 1) / :per_batch + 1, (CAST(:hi AS bi
 -- Six in ten to the billing webhook and three in ten by e-mail, written by the
 -- billing job's batches; one in ten to a partner, enqueued by an application
 -- (no batch). Two effects share an invoice reference; a recipient has five
--- effects across the year. 95% delivered, 4% dead, 1% cancelled; the last day's
--- effects that are not delivered yet wait for a retry an hour away (pending, not
--- due: the benches' fresh bursts are the only due work). In the same statement,
+-- effects across the year. 95% delivered, 4% dead, 1% cancelled; effects of the
+-- last day before the load (real time) that are not delivered yet wait for a retry
+-- an hour from the load (pending, not due: the benches' fresh bursts are the only
+-- due work). In the same statement,
 -- every attempt (1 to 5, 3 on average; the last one of a delivered or dead effect
 -- its outcome, 200 or 400; the others 503s, retried) and the key ledger as the record
 -- statement writes it (every delivered key).
@@ -60,17 +63,18 @@ WITH e AS (
            encode(sha256(convert_to('payload-' || i, 'UTF8')), 'hex'),
            s.state, 1 + i % 5, t.at, t.at + (1 + i % 5) * interval '7 seconds',
            CASE WHEN s.state = 'delivered' THEN t.at + (1 + i % 5) * interval '7 seconds' END,
-           CASE WHEN s.state = 'pending' THEN CAST(:now AS timestamptz) + interval '1 hour'
+           CASE WHEN s.state = 'pending' THEN now() + interval '1 hour'
                 ELSE t.at + (1 + i % 5) * interval '7 seconds' END,
            CASE WHEN s.state = 'dead' THEN 'HTTP 400: {"error": "invalid invoice"}'
                 WHEN s.state = 'cancelled' THEN 'cancelled by an operator' END
     FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) i
     CROSS JOIN LATERAL (
         SELECT CAST(:now AS timestamptz) - make_interval(days => :days)
-               + ((i - 1) / :per_batch) * (make_interval(days => :days) / CEIL(CAST(:n_effects AS float8) / :per_batch)) AS at
+               + ((i - CAST(:first AS bigint)) / :per_batch)
+                 * (make_interval(days => :days) / CEIL(CAST(:n_effects AS float8) / :per_batch)) AS at
     ) t
     CROSS JOIN LATERAL (
-        SELECT CASE WHEN i % 100 < 4 THEN CASE WHEN t.at > CAST(:now AS timestamptz) - interval '1 day'
+        SELECT CASE WHEN i % 100 < 4 THEN CASE WHEN t.at > now() - interval '1 day'
                                                THEN 'pending' ELSE 'dead' END
                     WHEN i % 100 = 4 THEN 'cancelled'
                     ELSE 'delivered' END AS state
