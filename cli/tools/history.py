@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Engine
 
+from spark_outbox.core import wakeup
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "history.sql")
@@ -55,6 +56,16 @@ def load(
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one, range(first, first + effects, chunk)))
+
+
+def burst(engine: Engine, *, effects: int, first: int, endpoint: str, recipients: int) -> None:
+    """A fresh committed batch of ``effects`` pending effects for ``endpoint``, numbered
+    from ``first`` (after the history's), with the history's ``recipients``; the
+    dispatchers are woken at its commit."""
+    params = {"n": effects, "first": first, "endpoint": endpoint, "recipients": recipients}
+    with engine.begin() as conn:
+        conn.execute(_Q["burst"], params)
+        wakeup.notify(conn, "burst")
 
 
 def key_of(i: int) -> str:

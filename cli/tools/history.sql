@@ -120,3 +120,30 @@ FROM batches b CROSS JOIN generate_series(1, 5) r
 WHERE b.job = 'billing'
   AND b.batch_id IN (SELECT 'b-' || g FROM generate_series((CAST(:lo AS bigint) - 1) / :per_batch + 1,
                                                            (CAST(:hi AS bigint) - 1) / :per_batch + 1) g);
+
+-- name: burst
+-- A fresh batch as the sink commits it: :n pending effects of :endpoint numbered
+-- from :first (keys, recipients, references and payloads shaped as the history's),
+-- tagged with their run, and the marker that makes them visible, in one statement.
+WITH marker AS (
+    INSERT INTO batches (job, batch_id, run_id, result_rows, effects_total, effects_new,
+                         effects_new_by_endpoint)
+    VALUES ('billing', 'burst-' || :first, md5('burst-' || :first)::uuid, :n, :n, :n,
+            jsonb_build_object(CAST(:endpoint AS text), :n))
+    RETURNING job, batch_id, run_id
+)
+INSERT INTO effects (idempotency_key, job, batch_id, run_id, endpoint, recipient, reference,
+                     payload, payload_sha256)
+SELECT encode(sha256(convert_to('effect-' || i, 'UTF8')), 'hex'), m.job, m.batch_id, m.run_id,
+       :endpoint, 'customer-' || (i % :recipients) || '@example.com',
+       'INV-' || lpad(((i + 1) / 2)::text, 8, '0'),
+       jsonb_build_object('type', 'invoice.created', 'invoice', 'INV-' || lpad(((i + 1) / 2)::text, 8, '0'),
+                          'amount', (i % 99991) / 100.0, 'currency', 'EUR',
+                          'customer', jsonb_build_object('id', 'cus_' || (i % :recipients),
+                                                         'email', 'customer-' || (i % :recipients) || '@example.com',
+                                                         'name', 'Customer ' || (i % 7919)),
+                          'lines', jsonb_build_array(jsonb_build_object('sku', 'SKU-' || (i % 613), 'qty', 1 + i % 4),
+                                                     jsonb_build_object('sku', 'SKU-' || (i % 409), 'qty', 1)),
+                          'due_date', to_char(now() + interval '30 days', 'YYYY-MM-DD')),
+       encode(sha256(convert_to('payload-' || i, 'UTF8')), 'hex')
+FROM marker m CROSS JOIN generate_series(CAST(:first AS bigint), CAST(:first AS bigint) + :n - 1) i;
