@@ -131,7 +131,7 @@ class Outbox:
                 operations.requeue(conn, key, actor="test", reason="counts")
 
     def purge(self) -> None:
-        retention.purge_batch(self.engine, dt.datetime.now(dt.UTC), 5)
+        retention.purge_batch(self.engine, "purge_batch", dt.datetime.now(dt.UTC), 5)
 
     def fold(self) -> None:
         with self.engine.begin() as conn:

@@ -3,7 +3,8 @@ explained by a category, or counted as unexplained.
 
 The batch marker says what the job emitted (result rows; effect rows, split into
 rejected, deduplicated and new); the effect rows of the batch say what became of
-the new ones (delivered, pending, dead, cancelled, purged). What does not add up
+the new ones (delivered, pending, dead, cancelled, purged: the marker counts the
+ones retention deleted). What does not add up
 is unexplained, and ``outbox reconcile`` exits non-zero on it.
 
 Categories are a table, not if-chains: a new effect state (``held``, ``uncertain``)
@@ -57,7 +58,11 @@ CATEGORIES = {
             "its send started and the outcome is unknown (the endpoint cannot deduplicate): "
             "an operator marks it delivered or sends it again",
         ),
-        Category("purged", True, "finished, then retention removed its payload and attempts"),
+        Category(
+            "purged",
+            True,
+            "finished, then deleted by retention (its key stays in the key ledger)",
+        ),
         Category("missing", False, "counted new at commit, but no effect row of the batch exists"),
         Category("unexpected", False, "an effect row of the batch the marker did not count"),
         Category("rejects_missing", False, "counted rejected at commit, not in the rejects table"),
@@ -128,6 +133,9 @@ def batch(conn: Connection, job: str, batch_id: str) -> BatchReconciliation:
     counts["rejected"] = min(marker.rejects, detail.live["rejects"])
     counts["rejects_missing"] = marker.rejects - counts["rejected"]
     counts["deduplicated"] = marker.effects_deduplicated
+    # Rows retention deleted are counted on the marker (stubs of older purges are rows).
+    counts["purged"] += marker.effects_purged
+    found += marker.effects_purged
     counts["missing"] = max(0, marker.effects_new - found)
     counts["unexpected"] = max(0, found - marker.effects_new)
     lines = [_line(n, c) for n, c in counts.items() if c or CATEGORIES[n].explained]

@@ -194,6 +194,9 @@ batches = sa.Table(
     sa.Column("hold_state", sa.Text),
     sa.Column("hold_reason", sa.Text),
     _ts("hold_resolved_at"),
+    # The batch's effects retention deleted (migration 2772): reconciliation explains
+    # the rows that left with it.
+    sa.Column("effects_purged", sa.BigInteger, nullable=False, server_default="0"),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -247,7 +250,8 @@ effects = sa.Table(
     _ts("updated_at", nullable=False, default_now=True),
     _ts("delivered_at"),
     sa.Column("last_error", sa.Text),
-    # Retention purged the payload (now {}) and the attempts; the row stays as a stub.
+    # A stub: an erasure blanked the row (or an older release's retention dropped the
+    # payload and attempts). Retention deletes it once it finished before its cutoff.
     _ts("purged_at"),
     sa.UniqueConstraint("idempotency_key"),
     sa.CheckConstraint(f"state IN {EFFECT_STATES!r}", name="state"),
@@ -301,8 +305,8 @@ effects = sa.Table(
     ),
     # The audit's "superseded by": corrections of an effect (rare, so partial).
     sa.Index(None, "supersedes", postgresql_where=sa.text("supersedes IS NOT NULL")),
-    # Retention: finished rows not yet purged, oldest finish first. A row enters it
-    # once, when it finishes, and leaves when purged, so the purge never rescans stubs.
+    # Retention: finished rows, oldest finish first. A row enters it once, when it
+    # finishes, and leaves when retention deletes it (stubs have ix_effects_stubs).
     sa.Index(
         "ix_effects_purgeable",
         "updated_at",
@@ -310,6 +314,14 @@ effects = sa.Table(
         postgresql_where=sa.text(
             "purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
         ),
+    ),
+    # Retention: the stubs an erasure or an older release's purge left, by finish
+    # (migration 2772); only stubs enter it, so the hot path never writes it.
+    sa.Index(
+        "ix_effects_stubs",
+        "updated_at",
+        "id",
+        postgresql_where=sa.text("purged_at IS NOT NULL"),
     ),
     # Recover: an endpoint's dead effects by when they died (dead rows are few).
     sa.Index(
@@ -346,8 +358,9 @@ LEDGER_STATES = ("delivered", "dead", "cancelled")
 
 # Finished keys stay known here, so they are never enqueued or sent again: a
 # delivered key from its delivery on (the record statement), a dead or cancelled
-# key from when retention purges its effect's payload. Only ``delivered`` rows
-# make the claim settle an effect without sending it.
+# key from when retention deletes its effect; until the ledger's horizon, if an
+# operator set one (retention forgets older keys). Only ``delivered`` rows make
+# the claim settle an effect without sending it.
 key_ledger = sa.Table(
     "key_ledger",
     metadata,
@@ -361,6 +374,8 @@ key_ledger = sa.Table(
     sa.CheckConstraint(
         "state <> 'delivered' OR delivered_at IS NOT NULL", name="delivered_has_delivered_at"
     ),
+    # The ledger's horizon: keys forgotten oldest first (migration 2772).
+    sa.Index(None, "finished_at"),
 )
 
 rejects = sa.Table(
