@@ -6,7 +6,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -14,6 +13,7 @@ from alembic.script import ScriptDirectory
 
 from spark_outbox.billing import schema as billing_schema
 from spark_outbox.cli.tools import scratch
+from spark_outbox.cli.tools.pgcluster import find_bin_dir
 from spark_outbox.core import db
 from spark_outbox.core.schema import metadata
 
@@ -140,12 +140,15 @@ def test_db_sql_output_builds_the_same_schema_as_the_migrations(
     ).stdout
     psql = scratch.create_empty_database(server_url)
     try:
-        conn = psycopg2.connect(db.libpq_url(psql))
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute(printed)
-        finally:
-            conn.close()
+        # As an operator runs it: through psql, statement by statement (indexes built
+        # CONCURRENTLY run outside a transaction, after the COMMIT alembic prints).
+        subprocess.run(
+            [str(find_bin_dir() / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", db.libpq_url(psql)],
+            input=printed,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         db.upgrade(empty_db_url)
         from_sql, from_migrations = _catalog(psql), _catalog(empty_db_url)
         assert from_sql == from_migrations

@@ -1,9 +1,13 @@
 -- name: recent_deliveries
--- Throughput from the attempt log (ix_delivery_attempts_started_at).
-SELECT count(*) FILTER (WHERE started_at > now() - interval '5 minutes') AS last_5m,
-       count(*) AS last_1h
-FROM delivery_attempts
-WHERE outcome = 'delivered' AND started_at > now() - interval '1 hour';
+-- Throughput, to the minute: deliveries logged in the last 5 and 60 minutes (this
+-- minute included), from the kept attempt counts (ix_attempt_counts_minute), never
+-- from the attempt log itself (core/counts.py).
+SELECT CAST(COALESCE(sum(n) FILTER (
+           WHERE minute >= date_trunc('minute', now()) - interval '4 minutes'), 0) AS bigint)
+           AS last_5m,
+       CAST(COALESCE(sum(n), 0) AS bigint) AS last_1h
+FROM attempt_counts
+WHERE outcome = 'delivered' AND minute >= date_trunc('minute', now()) - interval '59 minutes';
 
 -- name: live_workers
 -- A live worker: not stopped, seen in the last 30 seconds (its heartbeat runs every 5).
@@ -70,12 +74,14 @@ ORDER BY l.job;
 
 -- name: attempts_per_minute
 -- The status chart: delivered and failed attempts per minute over the last :hours
--- hours; a range scan of ix_delivery_attempts_started_at bounded by time.
-SELECT date_trunc('minute', started_at) AS minute,
-       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
-       count(*) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')) AS failed
-FROM delivery_attempts
-WHERE started_at >= date_trunc('minute', now()) - make_interval(hours => :hours)
+-- hours, from the kept attempt counts (a range of ix_attempt_counts_minute: at most
+-- a row per minute and outcome once folded).
+SELECT minute,
+       CAST(COALESCE(sum(n) FILTER (WHERE outcome = 'delivered'), 0) AS bigint) AS delivered,
+       CAST(COALESCE(sum(n) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')), 0) AS bigint)
+           AS failed
+FROM attempt_counts
+WHERE minute >= date_trunc('minute', now()) - make_interval(hours => :hours)
 GROUP BY 1
 ORDER BY 1;
 

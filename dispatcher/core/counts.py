@@ -1,11 +1,15 @@
-"""How many visible effects each endpoint has in each state, without counting them.
+"""How many visible effects each endpoint has in each state, and how many attempts a
+minute ended how, without counting them.
 
 ``effect_counts`` is written by triggers on ``effects`` (``objects/counts.sql``):
 every statement that enqueues, claims, records, cancels, purges or deletes adds
 its changes as rows there. ``by_endpoint_and_state`` sums them: the cost of a read
 is the number of rows since the last ``fold``, not the size of the history
-(/v1/status read every effect before: 4.2 s at 10M). The dispatchers fold every
-heartbeat; on the ground floor because the console reads and the hot path folds.
+(/v1/status read every effect before: 4.2 s at 10M). ``attempt_counts`` is kept
+the same way from the attempt log, by minute and outcome: the status page's
+throughput and chart (``spark_outbox.console.health``). The dispatchers fold both
+every heartbeat; on the ground floor because the console reads and the hot path
+folds.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ def by_state(conn: Connection) -> dict[str, int]:
     return totals
 
 
+# Attempts per minute are kept this long: the status chart's longest range and one.
+KEEP_ATTEMPT_HOURS = 25
+
+
 def fold(conn: Connection) -> int:
-    """Fold the rows written since the last fold; how many were folded."""
-    return int(conn.execute(_Q["fold"]).scalar_one())
+    """Fold the rows written since the last fold (effect and attempt counts); how
+    many were folded."""
+    effects = int(conn.execute(_Q["fold"]).scalar_one())
+    attempts = conn.execute(_Q["fold_attempts"], {"keep_hours": KEEP_ATTEMPT_HOURS})
+    return effects + int(attempts.scalar_one())

@@ -30,3 +30,20 @@ WITH taken AS (
     HAVING sum(t.n) <> 0
 )
 SELECT count(*) FROM taken;
+
+-- name: fold_attempts
+-- As fold, for attempt_counts: one row per (minute, outcome), and minutes older
+-- than the chart's longest range (:keep_hours) dropped.
+WITH taken AS (
+    DELETE FROM attempt_counts c
+    WHERE c.id IN (SELECT id FROM attempt_counts FOR UPDATE SKIP LOCKED)
+    RETURNING c.minute, c.outcome, c.n
+), folded AS (
+    INSERT INTO attempt_counts (minute, outcome, n)
+    SELECT t.minute, t.outcome, sum(t.n)
+    FROM taken t
+    WHERE t.minute >= date_trunc('minute', now()) - make_interval(hours => :keep_hours)
+    GROUP BY t.minute, t.outcome
+    HAVING sum(t.n) <> 0
+)
+SELECT count(*) FROM taken;

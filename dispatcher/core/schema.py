@@ -453,6 +453,20 @@ effect_counts = sa.Table(
     sa.Column("n", sa.BigInteger, nullable=False),
 )
 
+# Attempts per minute and outcome (migration 2773), kept by a statement trigger on
+# delivery_attempts (objects/counts.sql) as effect_counts is: the status page's
+# throughput and chart sum these; the dispatchers fold them and drop minutes past
+# the chart's longest range.
+attempt_counts = sa.Table(
+    "attempt_counts",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _ts("minute", nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+    sa.Index(None, "minute"),
+)
+
 worker_heartbeats = sa.Table(
     "worker_heartbeats",
     metadata,

@@ -31,6 +31,18 @@ down_revision = "1804"
 branch_labels = None
 depends_on = None
 
+# What this revision made of objects/counts.sql (the file holds later ones too).
+_OBJECTS = (
+    "effect_counts_inserted",
+    "effect_counts_updated",
+    "effect_counts_deleted",
+    "effect_counts_truncated",
+    "effects_count_on_insert",
+    "effects_count_on_update",
+    "effects_count_on_delete",
+    "effects_count_on_truncate",
+)
+
 # The effects there before the triggers: their count less the changes the same
 # snapshot already sees (those the triggers recorded since they were created).
 _COUNT_THE_PAST = """
@@ -54,7 +66,8 @@ def upgrade() -> None:
         sa.Column("run_id", pg.UUID(as_uuid=True)),
         sa.Column("n", sa.BigInteger, nullable=False),
     )
-    op.execute(objects.concern("counts"))
+    for name in _OBJECTS:
+        op.execute(objects.text(name))
     # The triggers commit first (CREATE TRIGGER waits for the writers in flight, so
     # every later write is counted); then the count of the past, in its own snapshot.
     with op.get_context().autocommit_block():
