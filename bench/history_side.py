@@ -66,7 +66,7 @@ def prepare(side: Side, base: str) -> None:
 _NUMBERS = int(time.time()) * 1_000_000  # bursts of this run: numbers no run used
 
 
-def _next_first(n: int) -> int:
+def next_first(n: int) -> int:
     global _NUMBERS
     _NUMBERS += n
     return _NUMBERS - n
@@ -76,7 +76,7 @@ def _ctx(side: Side, base: str, receiver_pid: int) -> contenders.Ctx:
     return contenders.Ctx(url=side.url, base=base, engine=side.engine, receiver_pid=receiver_pid)
 
 
-def _unfinished(engine: Engine, endpoint: str) -> bool:
+def unfinished(engine: Engine, endpoint: str) -> bool:
     with engine.connect() as conn:
         return bool(
             conn.execute(
@@ -102,12 +102,12 @@ def dispatcher(side: Side, base: str, receiver_pid: int) -> Iterator[None]:
 def drain(side: Side, base: str, receiver_pid: int, n: int) -> float:
     """Deliveries/s of a fresh committed batch of ``n`` effects, commit to last record."""
     with dispatcher(side, base, receiver_pid):
-        first = _next_first(n)
+        first = next_first(n)
         t0 = time.perf_counter()
         history.burst(
             side.engine, effects=n, first=first, endpoint="bench", recipients=side.recipients
         )
-        while _unfinished(side.engine, "bench"):
+        while unfinished(side.engine, "bench"):
             time.sleep(0.02)
         elapsed = time.perf_counter() - t0
     side.bursts.append((first, n))
@@ -117,7 +117,7 @@ def drain(side: Side, base: str, receiver_pid: int, n: int) -> float:
 def latency(side: Side, base: str, receiver_pid: int, rate: float, seconds: float) -> list[float]:
     """Commit-to-first-attempt latencies (ms, sorted): one effect per transaction at a
     steady ``rate`` from 4 producer connections, noted right after each COMMIT."""
-    tag = f"lat-{side.name}-{_next_first(1)}-"
+    tag = f"lat-{side.name}-{next_first(1)}-"
     committed: dict[str, float] = {}
     start, total = time.perf_counter() + 0.2, int(rate * seconds)
     with dispatcher(side, base, receiver_pid):
@@ -131,7 +131,7 @@ def latency(side: Side, base: str, receiver_pid: int, rate: float, seconds: floa
             p.start()
         for p in producers:
             p.join()
-        while _unfinished(side.engine, "lat"):
+        while unfinished(side.engine, "lat"):
             time.sleep(0.02)
     with urllib.request.urlopen(f"{base}/arrivals", timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
@@ -183,7 +183,7 @@ def _timed(call: Callable[[int], int], n: int) -> list[float]:
 def client(side: Side) -> Iterator[tuple[Any, dict[str, str]]]:
     """The real app (token auth included) on this side's database, in process."""
     with side.engine.begin() as conn:
-        _, token = tokens.create(conn, name=f"bench-{_next_first(1)}", role="support")
+        _, token = tokens.create(conn, name=f"bench-{next_first(1)}", role="support")
     settings = Settings.from_env(database_url=side.url, log_level="WARNING")
     with warnings.catch_warnings():  # Starlette 1.x prefers httpx2 (see pyproject.toml)
         warnings.simplefilter("ignore")
