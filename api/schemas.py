@@ -108,6 +108,9 @@ class BatchPublic(Public):
         None, description="volume guard: null (never held), held, released or cancelled"
     )
     hold_reason: str | None = Field(None, description="why the volume guard held the batch")
+    effects_purged: int = Field(
+        0, description="of its new effects, those retention deleted (their keys stay known)"
+    )
 
 
 class OperatorActionPublic(Public):

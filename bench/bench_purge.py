@@ -77,13 +77,15 @@ def _cutoffs(engine: Engine, slices: int) -> list[dt.datetime]:
 def _purge(engine: Engine, cutoff: dt.datetime, batch_size: int) -> tuple[int, int, list[float]]:
     effects = attempts = 0
     batches_ms: list[float] = []
-    while True:
+    after: tuple[object, object] | None = retention.START
+    while after is not None:
         t0 = time.perf_counter()
-        e, a = retention.purge_batch(engine, cutoff, batch_size)
-        if e == 0:
-            return effects, attempts, batches_ms
-        batches_ms.append((time.perf_counter() - t0) * 1000)
-        effects, attempts = effects + e, attempts + a
+        got = retention.purge_batch(engine, "purge_batch", cutoff, batch_size, after)
+        if got.last is not None:
+            batches_ms.append((time.perf_counter() - t0) * 1000)
+            effects, attempts = effects + got.removed, attempts + got.attempts
+        after = got.last
+    return effects, attempts, batches_ms
 
 
 def _enqueue_drain(engine: Engine, n: int, tag: str) -> None:

@@ -1,8 +1,11 @@
-"""``outbox purge --older-than 30d [--dry-run]``: retention, once, from the command line.
+"""``outbox purge --older-than 30d [--forget-keys-older-than 400d] [--dry-run]``:
+retention, once, from the command line.
 
 Finished effects (delivered, dead, cancelled) whose finish is older than the
-cutoff lose their payload and attempts in small batches (dispatcher/dispatch/retention.py);
-their key stays known. The same purge runs on a schedule inside a dispatcher when
+cutoff are deleted with their attempts, in small batches
+(dispatcher/dispatch/retention.py); their keys stay known in the key ledger,
+which forgets keys that finished before its own horizon when one is given. The
+same purge runs on a schedule inside a dispatcher when
 ``OUTBOX_RETENTION_OLDER_THAN`` is set.
 """
 
@@ -19,9 +22,14 @@ from spark_outbox.dispatch import retention
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("purge", help="retention: drop finished effects' payloads and attempts")
+    p = sub.add_parser("purge", help="retention: delete finished effects and their attempts")
     p.add_argument(
         "--older-than", required=True, help="finished longer ago than this, e.g. 30d, 12h"
+    )
+    p.add_argument(
+        "--forget-keys-older-than",
+        help="the key ledger's horizon, at least --older-than (e.g. 400d): keys that "
+        "finished before it are forgotten and could be sent again (default: kept for ever)",
     )
     p.add_argument("--dry-run", action="store_true", help="only count (default: purge)")
     p.add_argument(
@@ -35,32 +43,35 @@ def register(sub: Any) -> None:
 
 def purge(args: argparse.Namespace, settings: Settings) -> int:
     older_than_s = parse_duration_s("--older-than", args.older_than)
+    forget_s = 0.0
+    if args.forget_keys_older_than:
+        forget_s = parse_duration_s("--forget-keys-older-than", args.forget_keys_older_than)
+        retention.check_horizon(older_than_s, forget_s)
     cutoff = retention.cutoff_for(older_than_s)
+    horizon = retention.cutoff_for(forget_s) if forget_s else None
     engine = engine_for(settings)
     try:
         if args.dry_run:
             n = retention.count_purgeable(engine, cutoff)
             print(f"would purge {n} finished effect(s) older than {cutoff.isoformat()}")
+            if horizon is not None:
+                keys = retention.count_forgettable(engine, horizon)
+                print(f"would forget up to {keys} key(s) finished before {horizon.isoformat()}")
             return 0
 
         def progress(done: retention.Purged) -> None:
             if done.batches % 50 == 0:
                 print(f"  ... {done.effects} effects purged", file=sys.stderr, flush=True)
 
-        done = retention.purge(
-            engine,
-            cutoff,
-            args.batch_size,
-            sensitive=settings.sensitive_fields,
-            on_batch=progress,
-        )
+        done = retention.purge(engine, cutoff, args.batch_size, horizon=horizon, on_batch=progress)
         retention.record_purge(engine, done, older_than_s, cli_actor())
     finally:
         engine.dispose()
     rate = done.effects / done.seconds if done.seconds else 0.0
+    forgotten = f"; forgot {done.keys} key(s)" if horizon is not None else ""
     print(
         f"purged {done.effects} effect(s) and {done.attempts} attempt(s) finished more than "
         f"{describe_s(older_than_s)} ago, in {done.batches} batch(es), {done.seconds:.1f} s "
-        f"({rate:,.0f} effects/s)"
+        f"({rate:,.0f} effects/s){forgotten}"
     )
     return 0

@@ -1,5 +1,6 @@
-"""Retention against real PostgreSQL: finished effects lose payload and attempts in
-small batches, their keys stay known (never enqueued or sent again), nothing else moves."""
+"""Retention against real PostgreSQL: finished effects are deleted with their attempts
+in small batches, their keys stay known (never enqueued or sent again) until the
+ledger's horizon, their markers count them, nothing else moves."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from spark_outbox.console import operations
+from spark_outbox.console import operations, reconcile
 from spark_outbox.core import db
 from spark_outbox.core.enqueue import enqueue
-from spark_outbox.core.errors import ConfigurationError, Conflict
+from spark_outbox.core.errors import ConfigurationError, InvalidRequest, NotFound
 from spark_outbox.core.keys import effect_key
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import retention, store
 from spark_outbox.dispatch.worker import Worker
-from tests.api.builders import Built, add_attempt, add_effect
+from tests.api.builders import Built, add_attempt, add_batch, add_effect
 from tests.conftest import insert_billing_endpoints
 
 THIRTY_DAYS_S = 30 * 86400.0
@@ -64,19 +65,19 @@ def _ledger(engine: Engine) -> dict[str, str]:
         return dict(conn.execute(sa.text("SELECT idempotency_key, state FROM key_ledger")).all())
 
 
-def test_purge_keeps_stubs_and_the_keys_of_every_finished_state(engine: Engine) -> None:
+def test_purge_deletes_finished_effects_and_keeps_the_keys_of_every_finished_state(
+    engine: Engine,
+) -> None:
     built = _history(engine)
     cutoff = retention.cutoff_for(THIRTY_DAYS_S)
     assert retention.count_purgeable(engine, cutoff) == 4
-    done = retention.purge(engine, cutoff, batch_size=2)  # two batches (expired: a range apart)
-    assert (done.effects, done.attempts, done.batches) == (4, 3, 2)
-    rows = _rows(engine)
-    for name in ("old-ok", "old-dead", "old-cancel", "old-expired"):
-        row = rows[built[name].key]
-        assert row["payload"] == {} and row["purged_at"] is not None and row["attempts"] == 0
-    assert rows[built["old-dead"].key]["state"] == "dead"  # the stub keeps its final state
-    for name in ("new-ok", "pending"):
-        assert rows[built[name].key]["purged_at"] is None and rows[built[name].key]["payload"]
+    # finished: two batches; expired (a range of its own): one
+    done = retention.purge(engine, cutoff, batch_size=2)
+    assert (done.effects, done.attempts, done.batches) == (4, 3, 3)
+    assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT count(*) FROM delivery_attempts")).scalar_one()
+    assert left == 1  # new-ok's
     assert _ledger(engine) == {
         built["old-ok"].key: "delivered",
         built["old-dead"].key: "dead",
@@ -90,8 +91,6 @@ def test_purge_keeps_stubs_and_the_keys_of_every_finished_state(engine: Engine) 
 def test_a_purged_key_is_never_enqueued_requeued_or_recovered_again(engine: Engine) -> None:
     built = _history(engine)
     retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
-    with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM effects WHERE purged_at IS NOT NULL"))  # stubs gone too
     for name in ("old-ok", "old-dead", "old-cancel", "old-expired"):
         with engine.begin() as conn:
             again = enqueue(
@@ -99,19 +98,85 @@ def test_a_purged_key_is_never_enqueued_requeued_or_recovered_again(engine: Engi
             )
         assert again.new is False  # the ledger alone refuses it
     assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
-
-
-def test_a_purged_dead_effect_cannot_be_requeued(engine: Engine) -> None:
-    built = _history(engine)
-    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
-    with pytest.raises(Conflict, match="dead and purged"), engine.begin() as conn:
-        operations.requeue(conn, built["old-dead"].key, actor="olga", reason="retry")
+    with (
+        pytest.raises(NotFound, match=r"dead-lettered on billing-webhook.*retention"),
+        engine.begin() as c,
+    ):
+        operations.requeue(c, built["old-dead"].key, actor="olga", reason="retry")
     with engine.begin() as conn:
         since = dt.datetime.now(dt.UTC) - dt.timedelta(days=60)
         found = operations.recover_endpoint(
             conn, "billing-webhook", since=since, cap=10, dry_run=True, actor="o", reason="r"
         )
     assert found.matched == 0
+
+
+def test_stubs_left_by_an_erasure_or_an_older_purge_are_deleted_too(engine: Engine) -> None:
+    built = _history(engine)
+    with engine.begin() as conn:  # what the purge of the previous release left
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET payload = '{}', purged_at = now() - interval '35 days'"
+                " WHERE idempotency_key = :k"
+            ),
+            {"k": built["old-ok"].key},
+        )
+    cutoff = retention.cutoff_for(THIRTY_DAYS_S)
+    assert retention.count_purgeable(engine, cutoff) == 3
+    assert retention.purge(engine, cutoff, batch_size=100).effects == 3
+    assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
+
+
+def test_the_ledger_forgets_keys_past_its_horizon_and_only_those(engine: Engine) -> None:
+    built = _history(engine)
+    cutoff, horizon = (retention.cutoff_for(d * 86400.0) for d in (30, 400))
+    retention.purge(engine, cutoff, batch_size=100)
+    with engine.begin() as conn:  # the keys finished long ago (and new-ok's too)
+        conn.execute(sa.text("UPDATE key_ledger SET finished_at = now() - interval '500 days'"))
+    assert retention.count_forgettable(engine, horizon) == 4
+    done = retention.purge(engine, cutoff, batch_size=1, horizon=horizon)
+    # new-ok's effect is still there: its key stays (its unique key guards it anyway)
+    assert (done.effects, done.keys) == (0, 3)
+    assert _ledger(engine) == {built["new-ok"].key: "delivered"}
+    with engine.begin() as conn:
+        again = enqueue(
+            conn, idempotency_key=built["old-ok"].key, endpoint="billing-webhook", payload={}
+        )
+    assert again.new is True  # forgotten: the operator's horizon said so
+
+
+def test_the_ledgers_horizon_is_refused_shorter_than_the_purges() -> None:
+    with pytest.raises(InvalidRequest, match="forget keys later"):
+        retention.check_horizon(30 * 86400.0, 7 * 86400.0)
+    with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_OLDER_THAN too"):
+        Settings.from_env(env={"OUTBOX_RETENTION_FORGET_KEYS_AFTER": "400d"})
+    with pytest.raises(ConfigurationError, match="at most the same duration"):
+        Settings.from_env(
+            env={"OUTBOX_RETENTION_OLDER_THAN": "30d", "OUTBOX_RETENTION_FORGET_KEYS_AFTER": "7d"}
+        )
+    on = Settings.from_env(
+        env={"OUTBOX_RETENTION_OLDER_THAN": "30d", "OUTBOX_RETENTION_FORGET_KEYS_AFTER": "400d"}
+    )
+    assert on.retention_forget_keys_after_s == 400 * 86400.0
+
+
+def test_a_batch_marker_counts_what_retention_deleted(engine: Engine) -> None:
+    insert_billing_endpoints(engine)
+    with engine.begin() as conn:
+        rows = [{"name": f"b{i}"} for i in range(3)]
+        kept, *finished = add_batch(conn, "billing", "b-1", rows)
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'dead', updated_at = now() - interval '40 days'"
+                " WHERE id = ANY(:ids)"
+            ),
+            {"ids": [b.id for b in finished]},
+        )
+    retention.purge(engine, retention.cutoff_for(THIRTY_DAYS_S), batch_size=100)
+    with engine.connect() as conn:
+        purged = conn.execute(sa.text("SELECT effects_purged FROM batches")).scalar_one()
+        assert reconcile.batch(conn, "billing", "b-1").unexplained == 0
+    assert (purged, set(_rows(engine))) == (2, {kept.key})
 
 
 def test_only_delivered_ledger_rows_settle_a_claim(engine: Engine) -> None:
@@ -156,6 +221,14 @@ def test_a_locked_row_is_skipped_not_waited_for(engine: Engine, db_url: str) -> 
         impatient.dispose()
 
 
+def _purges_recorded(engine: Engine) -> int:
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT count(*) FROM operator_actions WHERE action = 'purge'")
+        )
+        return int(found.scalar_one())
+
+
 def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings: Settings) -> None:
     built = _history(engine)
     s = dataclasses.replace(
@@ -167,58 +240,19 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
         running = asyncio.create_task(worker.run())
         for _ in range(100):
             await asyncio.sleep(0.1)
-            if _rows(engine)[built["old-dead"].key]["purged_at"] is not None:
+            if _purges_recorded(engine):
                 break
         worker.stop()
         return await running
 
     assert asyncio.run(main()) == 0
-    assert {k for k, r in _rows(engine).items() if r["purged_at"]} == {
-        built[n].key for n in ("old-ok", "old-dead", "old-cancel", "old-expired")
-    }
+    assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
     with engine.connect() as conn:
         actor, details = conn.execute(
             sa.text("SELECT actor, details FROM operator_actions WHERE action = 'purge'")
         ).one()
     # The system's one actor, as for its other changes; the worker that ran it in details.
     assert actor == "system" and details["worker_id"] == "w-ret" and details["effects"] == 3
-
-
-def test_a_dispatchers_purge_masks_what_last_error_echoed_of_the_payload(
-    engine: Engine, settings: Settings
-) -> None:
-    """The side task masks with the dispatcher's OUTBOX_SENSITIVE_FIELDS before the
-    payload that masking needs is dropped; text echoing nothing stays as it was."""
-    insert_billing_endpoints(engine)
-    with engine.begin() as conn:
-        echoing = add_effect(conn, "echo", payload={"card": {"pan": "4111111111111111"}})
-        add_attempt(conn, echoing, "dead", status_code=422, error="card 4111111111111111 bad")
-        plain = add_effect(conn, "plain", payload={"card": {"pan": "5500000000000004"}})
-        add_attempt(conn, plain, "dead", status_code=400, error="HTTP 400: no such invoice")
-        conn.execute(sa.text("UPDATE effects SET updated_at = now() - interval '40 days'"))
-    s = dataclasses.replace(
-        settings,
-        retention_older_than_s=THIRTY_DAYS_S,
-        sensitive_fields=("card.pan",),
-        poll_interval_s=0.1,
-    )
-
-    async def main() -> int:
-        worker = Worker(s, engine, database_url=s.database_url)
-        running = asyncio.create_task(worker.run())
-        for _ in range(100):
-            await asyncio.sleep(0.1)
-            if all(r["purged_at"] for r in _rows(engine).values()):
-                break
-        worker.stop()
-        return await running
-
-    assert asyncio.run(main()) == 0
-    with engine.connect() as conn:
-        errors: dict[str, str] = dict(
-            conn.execute(sa.text("SELECT idempotency_key, last_error FROM effects")).all()
-        )
-    assert errors == {echoing.key: "card *** bad", plain.key: "HTTP 400: no such invoice"}
 
 
 def test_retention_settings_are_read_and_checked_at_start() -> None:

@@ -40,7 +40,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from spark_outbox.cli.tools.scratch import free_port
@@ -208,7 +208,10 @@ def _locked(state_dir: Path) -> Iterator[None]:
 class PrivateCluster:
     """Start, reuse, inspect and stop the private cluster under ``state_dir``."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, server_settings: Mapping[str, str] | None = None) -> None:
+        """``server_settings``: more ``-c name=value`` options at start (the history
+        bench's cluster sizes its memory like a production server's)."""
+        self.server_settings = dict(server_settings or {})
         self.requested_dir = state_dir.absolute()
         self.state_dir = resolve_state_dir(state_dir)
         self.data_dir = self.state_dir / "pgdata"
@@ -361,7 +364,7 @@ class PrivateCluster:
             f"-c listen_addresses=127.0.0.1 -c port={info.port} -c unix_socket_directories='' "
             "-c max_connections=200 -c fsync=on -c shared_buffers=256MB "
             "-c max_prepared_transactions=0"
-        )
+        ) + "".join(f" -c {name}={value}" for name, value in self.server_settings.items())
         self._run(
             [
                 str(info.bin_dir / "pg_ctl"),

@@ -115,6 +115,7 @@ class BatchMarker:
     duration_s: float | None
     hold_state: str | None  # the volume guard: held, released, cancelled (None: never held)
     hold_reason: str | None
+    effects_purged: int  # of its new effects, those retention deleted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,19 +152,25 @@ class BatchDetail:
     live: dict[str, int]
 
 
+def not_found(conn: Connection, key: str) -> NotFound:
+    """No effect row has ``key``: what the key ledger still says of it, if anything
+    (retention deleted its effect), else plainly not found."""
+    ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
+    if ledger is None:
+        return NotFound(f"no effect with key {key!r}")
+    verb = _LEDGER_VERBS.get(ledger["state"], f"{ledger['state']} on")
+    return NotFound(
+        f"effect {key} was {verb} {ledger['endpoint']} at "
+        f"{ledger['finished_at'].isoformat()}; retention has deleted its record"
+    )
+
+
 def effect_detail(conn: Connection, key: str, *, mask: Sequence[str] = ()) -> EffectDetail:
     """The effect with its attempts and marker; ``mask``: the support role's view
     (``masking``: the payload and every text that came from outside)."""
     row = conn.execute(_Q["effect_by_key"], {"key": key}).mappings().first()
     if row is None:
-        ledger = conn.execute(_Q["ledger_entry"], {"key": key}).mappings().first()
-        if ledger is not None:
-            verb = _LEDGER_VERBS.get(ledger["state"], f"{ledger['state']} on")
-            raise NotFound(
-                f"effect {key} was {verb} {ledger['endpoint']} at "
-                f"{ledger['finished_at'].isoformat()}; retention has purged its record"
-            )
-        raise NotFound(f"no effect with key {key!r}")
+        raise not_found(conn, key)
     effect = from_row(EffectRecord, row)
     if effect.purged_at is not None:
         effect = dataclasses.replace(effect, payload=None)

@@ -78,7 +78,7 @@ LIMIT :limit;
 -- The commit marker of one batch (uq_batches_job_batch_id).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
        effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
-       hold_state, hold_reason
+       hold_state, hold_reason, effects_purged
 FROM batches
 WHERE job = :job AND batch_id = :batch_id;
 
@@ -86,7 +86,7 @@ WHERE job = :job AND batch_id = :batch_id;
 -- A job's batches, newest first (ix_batches_job_committed_at).
 SELECT job, batch_id, run_id, spark_app_id, committed_at, result_rows, effects_total,
        effects_new, effects_deduplicated, payload_mismatches, rejects, duration_s,
-       hold_state, hold_reason
+       hold_state, hold_reason, effects_purged
 FROM batches
 WHERE job = :job
 ORDER BY committed_at DESC, id DESC

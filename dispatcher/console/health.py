@@ -1,4 +1,9 @@
-"""Is it healthy, is anything stuck? The numbers behind ``/v1/status`` and ``/metrics``."""
+"""Is it healthy, is anything stuck? The numbers behind ``/v1/status`` and ``/metrics``.
+
+Every figure here is bounded work whatever the history holds: counts by state
+come from the kept counts (``spark_outbox.core.counts``), the rest from ranges of
+time or from the newest rows (tests/api/test_audit_plans.py proves the plans).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from spark_outbox.console import holds
 from spark_outbox.console.audit import from_row
+from spark_outbox.core import counts as effect_counts
 from spark_outbox.core.endpoint_state import EndpointState, endpoint_states
 from spark_outbox.core.queue import QueueStats, queue_stats
 from spark_outbox.core.schema import EFFECT_STATES
@@ -101,7 +107,7 @@ class QueueGauges:
 
 def status(conn: Connection) -> Status:
     counts = dict.fromkeys(EFFECT_STATES, 0)
-    counts.update({state: n for state, n in conn.execute(_Q["counts_by_state"])})
+    counts.update(effect_counts.by_state(conn))
     recent = conn.execute(_Q["recent_deliveries"]).mappings().one()
     return Status(
         counts=counts,
@@ -185,8 +191,9 @@ def activity(conn: Connection, hours: int = 6) -> Activity:
 
 
 def queue_gauges(conn: Connection) -> QueueGauges:
-    counts = dict.fromkeys(("pending", "leased", "dead", "uncertain"), 0)
-    counts.update({state: n for state, n in conn.execute(_Q["queue_counts"])})
+    gauged = ("pending", "leased", "dead", "uncertain")
+    counts = dict.fromkeys(gauged, 0)
+    counts.update({s: n for s, n in effect_counts.by_state(conn).items() if s in gauged})
     workers = conn.execute(_Q["live_workers"]).fetchall()
     return QueueGauges(
         counts=counts,

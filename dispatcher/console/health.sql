@@ -1,19 +1,13 @@
--- name: counts_by_state
--- Visible effects per state (ix_effects_state_created_at_id, plus the marker probe).
-SELECT state, count(*) AS n FROM visible_effects GROUP BY state;
-
--- name: queue_counts
--- The unfinished states only, for /metrics on every scrape: small when the queue drains.
-SELECT state, count(*) AS n FROM visible_effects
-WHERE state IN ('pending', 'leased', 'dead', 'uncertain')
-GROUP BY state;
-
 -- name: recent_deliveries
--- Throughput from the attempt log (ix_delivery_attempts_started_at).
-SELECT count(*) FILTER (WHERE started_at > now() - interval '5 minutes') AS last_5m,
-       count(*) AS last_1h
-FROM delivery_attempts
-WHERE outcome = 'delivered' AND started_at > now() - interval '1 hour';
+-- Throughput, to the minute: deliveries logged in the last 5 and 60 minutes (this
+-- minute included), from the kept attempt counts (ix_attempt_counts_minute), never
+-- from the attempt log itself (core/counts.py).
+SELECT CAST(COALESCE(sum(n) FILTER (
+           WHERE minute >= date_trunc('minute', now()) - interval '4 minutes'), 0) AS bigint)
+           AS last_5m,
+       CAST(COALESCE(sum(n), 0) AS bigint) AS last_1h
+FROM attempt_counts
+WHERE outcome = 'delivered' AND minute >= date_trunc('minute', now()) - interval '59 minutes';
 
 -- name: live_workers
 -- A live worker: not stopped, seen in the last 30 seconds (its heartbeat runs every 5).
@@ -55,19 +49,35 @@ LEFT JOIN LATERAL (
 ORDER BY ep.name;
 
 -- name: last_batch_per_job
--- The newest committed batch of every job (ix_batches_job_committed_at).
-SELECT DISTINCT ON (job) job, batch_id, committed_at, effects_new, rejects
-FROM batches
-ORDER BY job, committed_at DESC;
+-- The newest committed batch of every job: one descent of ix_batches_job_committed_at
+-- per job (a loose index scan), so the markers of years of batches are never read.
+WITH RECURSIVE jobs(job) AS (
+    SELECT min(job) FROM batches
+    UNION ALL
+    SELECT (SELECT min(b.job) FROM batches b WHERE b.job > j.job)
+    FROM jobs j WHERE j.job IS NOT NULL
+)
+SELECT l.job, l.batch_id, l.committed_at, l.effects_new, l.rejects
+FROM jobs j
+CROSS JOIN LATERAL (
+    SELECT b.job, b.batch_id, b.committed_at, b.effects_new, b.rejects
+    FROM batches b
+    WHERE b.job = j.job
+    ORDER BY b.committed_at DESC
+    LIMIT 1
+) l
+ORDER BY l.job;
 
 -- name: attempts_per_minute
 -- The status chart: delivered and failed attempts per minute over the last :hours
--- hours; a range scan of ix_delivery_attempts_started_at bounded by time.
-SELECT date_trunc('minute', started_at) AS minute,
-       count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
-       count(*) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')) AS failed
-FROM delivery_attempts
-WHERE started_at >= date_trunc('minute', now()) - make_interval(hours => :hours)
+-- hours, from the kept attempt counts (a range of ix_attempt_counts_minute: at most
+-- a row per minute and outcome once folded).
+SELECT minute,
+       CAST(COALESCE(sum(n) FILTER (WHERE outcome = 'delivered'), 0) AS bigint) AS delivered,
+       CAST(COALESCE(sum(n) FILTER (WHERE outcome IN ('retry', 'dead', 'gone')), 0) AS bigint)
+           AS failed
+FROM attempt_counts
+WHERE minute >= date_trunc('minute', now()) - make_interval(hours => :hours)
 GROUP BY 1
 ORDER BY 1;
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from spark_outbox.console import audit
 from spark_outbox.console.filters import EffectFilter
 from spark_outbox.core import endpoints, wakeup
 from spark_outbox.core.auditlog import check_reason, record_action
@@ -51,7 +52,7 @@ def check_cap(cap: int) -> int:
 def _refuse(conn: Connection, key: str, wanted: str, verb: str) -> Conflict | NotFound:
     state = conn.execute(_Q["effect_state"], {"key": key}).scalar()
     if state is None:
-        return NotFound(f"no effect with key {key!r}")
+        return audit.not_found(conn, key)
     return Conflict(f"effect {key} is {state}; only a {wanted} effect can be {verb}")
 
 

@@ -4,11 +4,11 @@ category, or reported as unexplained.
 
 The batch marker says what the job emitted (result rows; effect rows, split into
 rejected, deduplicated and new); the effect rows of the batch say what became of
-the new ones (delivered, pending, dead, cancelled, expired, purged). Rows its run
-did not write (``foreign``, named) never make up for rows that are gone
-(``missing``). The result rows are compared by content, row by row
-(spark_outbox.console.results). What does not add up is unexplained, and
-``outbox reconcile`` exits non-zero on it.
+the new ones (delivered, pending, dead, cancelled, expired, purged: the marker
+counts the ones retention deleted). Rows its run did not write (``foreign``,
+named) never make up for rows that are gone (``missing``). The result rows are
+compared by content, row by row (spark_outbox.console.results). What does not
+add up is unexplained, and ``outbox reconcile`` exits non-zero on it.
 
 Categories are a table, not if-chains: a new effect state (``held``, ``uncertain``)
 is one row in ``STATE_CATEGORY`` and one in ``CATEGORIES``.
@@ -66,7 +66,11 @@ CATEGORIES = {
             True,
             "its send-by time (expires_at) passed before it was sent: never sent (see last_error)",
         ),
-        Category("purged", True, "finished, then retention removed its payload and attempts"),
+        Category(
+            "purged",
+            True,
+            "finished, then deleted by retention (its key stays in the key ledger)",
+        ),
         Category(
             "missing",
             False,
@@ -157,6 +161,9 @@ def batch(conn: Connection, job: str, batch_id: str) -> BatchReconciliation:
     counts["rejected"] = min(marker.rejects, detail.live["rejects"])
     counts["rejects_missing"] = marker.rejects - counts["rejected"]
     counts["deduplicated"] = marker.effects_deduplicated
+    # Rows retention deleted are counted on the marker (stubs of older purges are rows).
+    counts["purged"] += marker.effects_purged
+    own += marker.effects_purged
     counts["missing"] = max(0, marker.effects_new - own)
     counts["unexpected"] = max(0, own - marker.effects_new)
     foreign = [] if not counts["foreign"] else _foreign_keys(conn, params)

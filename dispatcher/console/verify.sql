@@ -179,13 +179,14 @@ LIMIT :limit;
 
 -- name: marker_counts
 -- Range (markers by id): a marker's counts equal the rows they count: its new
--- effects are the effect rows its run wrote (retention keeps a purged effect as a
--- stub row, so the count holds for life), its rejects the rejects of its run (rows
--- written before run ids existed have none: they count for their batch).
+-- effects are the effect rows its run wrote and those retention deleted since
+-- (effects_purged; an older release's purge kept stubs, which are rows), its
+-- rejects the rejects of its run (rows written before run ids existed have none:
+-- they count for their batch).
 SELECT b.id, NULL AS key,
        'job ' || b.job || ' batch ' || b.batch_id || ': marker counts ' || b.effects_new
        || ' new effect(s) and ' || b.rejects || ' reject(s); the tables hold '
-       || e.n || ' and ' || j.n AS detail
+       || e.n || ' (and retention deleted ' || b.effects_purged || ') and ' || j.n AS detail
 FROM batches b
 CROSS JOIN LATERAL (SELECT count(*) AS n FROM effects x
                     WHERE x.job = b.job AND x.batch_id = b.batch_id
@@ -194,7 +195,7 @@ CROSS JOIN LATERAL (SELECT count(*) AS n FROM rejects r
                     WHERE r.job = b.job AND r.batch_id = b.batch_id
                       AND (r.run_id = b.run_id OR r.run_id IS NULL)) j
 WHERE b.id > :lo AND b.id <= :hi
-  AND (e.n <> b.effects_new OR j.n <> b.rejects)
+  AND (e.n + b.effects_purged <> b.effects_new OR j.n <> b.rejects)
 ORDER BY b.id
 LIMIT :limit;
 

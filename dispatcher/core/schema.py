@@ -220,6 +220,9 @@ batches = sa.Table(
     sa.Column("result_keys", pg.ARRAY(sa.Text)),
     sa.Column("result_columns", pg.ARRAY(sa.Text)),
     sa.Column("result_stamp", pg.ARRAY(sa.Text)),
+    # The batch's effects retention deleted (migration 2772): reconciliation explains
+    # the rows that left with it.
+    sa.Column("effects_purged", sa.BigInteger, nullable=False, server_default="0"),
     sa.CheckConstraint(f"hold_state IN {HOLD_STATES!r}", name="hold_state"),
     sa.UniqueConstraint("job", "batch_id"),
     # An effect written by a run is visible once that run's marker exists
@@ -297,7 +300,8 @@ effects = sa.Table(
     _ts("updated_at", nullable=False, default_now=True),
     _ts("delivered_at"),
     sa.Column("last_error", sa.Text),
-    # Retention purged the payload (now {}) and the attempts; the row stays as a stub.
+    # A stub: an erasure blanked the row (or an older release's retention dropped the
+    # payload and attempts). Retention deletes it once it finished before its cutoff.
     _ts("purged_at"),
     # An operator's resend (``operator_actions.id``, the latest one): the claim sends
     # the effect although the key ledger knows it delivered, and its attempts carry
@@ -359,8 +363,8 @@ effects = sa.Table(
     ),
     # The audit's "superseded by": corrections of an effect (rare, so partial).
     sa.Index(None, "supersedes", postgresql_where=sa.text("supersedes IS NOT NULL")),
-    # Retention: finished rows not yet purged, oldest finish first. A row enters it
-    # once, when it finishes, and leaves when purged, so the purge never rescans stubs.
+    # Retention: finished rows, oldest finish first. A row enters it once, when it
+    # finishes, and leaves when retention deletes it (stubs have ix_effects_stubs).
     sa.Index(
         "ix_effects_purgeable",
         "updated_at",
@@ -384,6 +388,14 @@ effects = sa.Table(
         "updated_at",
         "id",
         postgresql_where=sa.text("state = 'expired' AND purged_at IS NULL"),
+    ),
+    # Retention: the stubs an erasure or an older release's purge left, by finish
+    # (migration 2772); only stubs enter it, so the hot path never writes it.
+    sa.Index(
+        "ix_effects_stubs",
+        "updated_at",
+        "id",
+        postgresql_where=sa.text("purged_at IS NOT NULL"),
     ),
     # Recover: an endpoint's dead effects by when they died (dead rows are few).
     sa.Index(
@@ -427,7 +439,8 @@ LEDGER_STATES = ("delivered", "dead", "cancelled", "expired")
 
 # Finished keys stay known here, so they are never enqueued or sent again: a
 # delivered key from its delivery on (the record statement), a dead, cancelled or
-# expired key from when retention purges its effect's payload. Only ``delivered`` rows
+# expired key from when retention deletes its effect; until the ledger's horizon,
+# if an operator set one (retention forgets older keys). Only ``delivered`` rows
 # make the claim settle an effect without sending it.
 key_ledger = sa.Table(
     "key_ledger",
@@ -442,6 +455,8 @@ key_ledger = sa.Table(
     sa.CheckConstraint(
         "state <> 'delivered' OR delivered_at IS NOT NULL", name="delivered_has_delivered_at"
     ),
+    # The ledger's horizon: keys forgotten oldest first (migration 2772).
+    sa.Index(None, "finished_at"),
 )
 
 rejects = sa.Table(
@@ -501,6 +516,36 @@ enqueue_mismatches = sa.Table(
     sa.Column("stored_sha256", sa.Text, nullable=False),
     sa.Column("offered_sha256", sa.Text, nullable=False),
     sa.Index(None, "at"),
+)
+
+# How many effects each (endpoint, state, run) holds, kept by the statement
+# triggers of objects/counts.sql (migration 2770): rows are only inserted by
+# writers (a change of +n or -n), folded by the dispatchers into one row per
+# group (spark_outbox.core.counts), summed by /v1/status and /metrics, so no read
+# counts the history. run_id: the Spark run whose rows these are (NULL: enqueued);
+# they count once the run has a marker.
+effect_counts = sa.Table(
+    "effect_counts",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    sa.Column("endpoint", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("run_id", pg.UUID(as_uuid=True)),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+
+# Attempts per minute and outcome (migration 2773), kept by a statement trigger on
+# delivery_attempts (objects/counts.sql) as effect_counts is: the status page's
+# throughput and chart sum these; the dispatchers fold them and drop minutes past
+# the chart's longest range.
+attempt_counts = sa.Table(
+    "attempt_counts",
+    metadata,
+    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
+    _ts("minute", nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+    sa.Index(None, "minute"),
 )
 
 worker_heartbeats = sa.Table(

@@ -190,6 +190,13 @@ def _check_retention(s: Settings) -> None:
         raise ConfigurationError(
             f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
         )
+    forget_s = s.retention_forget_keys_after_s
+    if forget_s and not 0 < s.retention_older_than_s <= forget_s:
+        raise ConfigurationError(
+            "OUTBOX_RETENTION_FORGET_KEYS_AFTER forgets keys whose effects retention deleted:"
+            " set OUTBOX_RETENTION_OLDER_THAN too, to at most the same duration"
+            " (e.g. 30d, with 400d for the keys)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +242,9 @@ class Settings:
     retention_older_than_s: float = 0.0
     retention_interval_s: float = 3600.0
     retention_batch_size: int = 1000
+    # The key ledger's horizon (0: keys kept for ever): keys finished longer ago are
+    # forgotten, and could be enqueued and sent again.
+    retention_forget_keys_after_s: float = 0.0
     # An endpoint failing continuously this long is disabled automatically (0: never).
     auto_disable_after_s: float = DEFAULT_AUTO_DISABLE_AFTER_S
     # The circuit breaker (Breaker): from this many failures in a row an endpoint
@@ -312,6 +322,7 @@ class Settings:
             retention_batch_size=_env_int(
                 env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
             ),
+            retention_forget_keys_after_s=_env_duration(env, "OUTBOX_RETENTION_FORGET_KEYS_AFTER"),
             smtp_ca_file=env.get("OUTBOX_SMTP_CA_FILE", ""),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),
             api_port=_env_int(env, "OUTBOX_API_PORT", defaults.api_port),

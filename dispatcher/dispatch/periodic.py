@@ -1,5 +1,5 @@
 """The one loop behind the worker's periodic side tasks (heartbeat, settle_uncertain,
-park, expire, auto_disable, progress, retention).
+park, expire, fold_counts, auto_disable, progress, retention).
 
 ``every`` runs a step, then waits for the interval or the worker's stop, whichever
 comes first, and returns once stopping. It catches nothing, on purpose: a step

@@ -1,4 +1,4 @@
-"""Retention: finished effects lose their payload and attempts after a while.
+"""Retention: finished effects are deleted after a while; their keys stay known.
 
 ``outbox purge --older-than 30d`` runs it once; a dispatcher with
 ``OUTBOX_RETENTION_OLDER_THAN`` set runs it as its ``retention`` side task every
@@ -6,19 +6,17 @@
 transaction locking only its rows (``FOR UPDATE SKIP LOCKED``): no table lock,
 no long transaction, and several dispatchers purging at once share the work.
 
+A purged effect is deleted with its attempts (``retention.sql``): a stub kept in
+its place was a new version of the row in every index, and the table grew with
+every purge. What stays is its key in ``key_ledger`` with the final state (a
+delivered key from its delivery, a dead or cancelled one from the purge), so a
+finished key is never enqueued or sent again and the audit still says what
+became of it; and its batch marker's ``effects_purged`` count, so reconciliation
+explains the rows that left. The ledger forgets keys that finished before its
+own horizon (``--forget-keys-older-than``, ``OUTBOX_RETENTION_FORGET_KEYS_AFTER``),
+set by an operator longer than any replay: unset, keys are kept for ever.
 What batches recorded of their result rows (``batch_result_rows``, reconciliation's
-record) goes too once the batch is older than the horizon.
-
-A purged effect keeps a stub row (key, state, endpoint, batch, reference,
-timestamps, ``purged_at``; payload ``{}``), so the API, the support page and
-reconciliation still say what happened to the key, and its key is written to
-``key_ledger`` with the final state: a finished key is never enqueued again.
-
-The stub's ``last_error`` is outside text that may echo the payload (a receiver's
-"card 4111... declined"); the support role's view masks it with the values the
-payload holds at ``OUTBOX_SENSITIVE_FIELDS`` (``spark_outbox.core.masking``), which
-the purge drops. So the purge masks it first, in the same transaction, with the
-payload it is about to drop: what retention removes is gone from every view.
+record) goes too once the batch is older than the cutoff.
 """
 
 from __future__ import annotations
@@ -27,12 +25,11 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import Engine
 
-from spark_outbox.core import masking
 from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
 from spark_outbox.core.durations import describe_s
 from spark_outbox.core.errors import InvalidRequest
@@ -44,18 +41,35 @@ _Q = queries_beside(__file__, "retention.sql")
 log = logging.getLogger(__name__)
 
 MAX_BATCH_SIZE = 10_000
+# Where a keyset pass starts: before every row.
+START: tuple[Any, Any] = (dt.datetime.min.replace(tzinfo=dt.UTC), -1)
 
 
 @dataclasses.dataclass(frozen=True)
 class Purged:
     effects: int = 0
     attempts: int = 0
+    keys: int = 0  # forgotten by the ledger's horizon
     batches: int = 0
     seconds: float = 0.0
 
-    def plus(self, effects: int, attempts: int, seconds: float) -> Purged:
-        seconds += self.seconds
-        return Purged(self.effects + effects, self.attempts + attempts, self.batches + 1, seconds)
+    def plus(self, seconds: float, effects: int = 0, attempts: int = 0, keys: int = 0) -> Purged:
+        return Purged(
+            self.effects + effects,
+            self.attempts + attempts,
+            self.keys + keys,
+            self.batches + 1,
+            self.seconds + seconds,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One batch: what it removed and where it ended (the next batch starts after)."""
+
+    removed: int
+    attempts: int
+    last: tuple[Any, Any] | None  # None: nothing was left
 
 
 def cutoff_for(older_than_s: float, now: dt.datetime | None = None) -> dt.datetime:
@@ -64,39 +78,68 @@ def cutoff_for(older_than_s: float, now: dt.datetime | None = None) -> dt.dateti
     return (now or dt.datetime.now(dt.UTC)) - dt.timedelta(seconds=older_than_s)
 
 
+def check_horizon(older_than_s: float, forget_after_s: float) -> None:
+    """The ledger forgets only keys whose effects retention has deleted already."""
+    if forget_after_s and forget_after_s < older_than_s:
+        raise InvalidRequest(
+            "forget_keys_older_than",
+            f"{describe_s(forget_after_s)} is shorter than the purge's {describe_s(older_than_s)}",
+            "forget keys later than effects are purged (e.g. 400d with 30d)",
+        )
+
+
 def count_purgeable(engine: Engine, cutoff: dt.datetime) -> int:
     with engine.connect() as conn:
         return int(conn.execute(_Q["count_purgeable"], {"cutoff": cutoff}).scalar_one())
 
 
+def count_forgettable(engine: Engine, horizon: dt.datetime) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(_Q["count_forgettable"], {"bound": horizon}).scalar_one())
+
+
 def purge_batch(
-    engine: Engine, cutoff: dt.datetime, batch_size: int, sensitive: Sequence[str] = ()
-) -> tuple[int, int]:
-    """One batch, one transaction: (effects purged, attempts deleted). ``sensitive``:
-    the payload paths whose values are masked in the purged rows' ``last_error``."""
+    engine: Engine,
+    step: str,
+    bound: dt.datetime,
+    batch_size: int,
+    after: tuple[Any, Any] = START,
+) -> Batch:
+    """One batch of a pass (``PASSES``), one transaction: rows past ``bound`` (the
+    cutoff, or the ledger's horizon) after ``after`` (where the last batch ended)."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidRequest(
             "batch_size", f"{batch_size} is out of range", f"use 1 to {MAX_BATCH_SIZE}"
         )
+    params = {"bound": bound, "batch_size": batch_size, "after_at": after[0], "after_id": after[1]}
     with engine.begin() as conn:
-        params = {"cutoff": cutoff, "batch_size": batch_size, "masking": bool(sensitive)}
-        row = conn.execute(_Q["purge_batch"], params).one()
-        scrubbed = _scrubbed(row.errors or [], sensitive)
-        if scrubbed:
-            ids, errors = zip(*scrubbed, strict=True)
-            conn.execute(_Q["scrub_errors"], {"ids": list(ids), "errors": list(errors)})
-    return int(row.effects), int(row.attempts)
+        row = conn.execute(_Q[step], params).one()
+    if step == "forget_keys":  # a keyset on the finish time alone (retention.sql)
+        return Batch(int(row.keys), 0, None if row.last_at is None else (row.last_at, None))
+    last = None if row.last_at is None else (row.last_at, row.last_id)
+    return Batch(int(row.effects), int(row.attempts), last)
 
 
-def _scrubbed(errors: list[list[Any]], sensitive: Sequence[str]) -> list[tuple[int, str]]:
-    """(id, masked last_error) of the rows whose text masking changes."""
-    changed = []
-    for effect_id, payload, text in errors:
-        values = masking.masked_values(payload, sensitive)
-        masked = masking.mask_text(text, sensitive, values)
-        if masked != text:
-            changed.append((int(effect_id), str(masked)))
-    return changed
+def purge_mismatches(engine: Engine, cutoff: dt.datetime) -> None:
+    """enqueue()'s payload mismatches past the horizon (few rows: one statement)."""
+    with engine.begin() as conn:
+        conn.execute(_Q["purge_mismatches"], {"cutoff": cutoff})
+
+
+def _passes(cutoff: dt.datetime, horizon: dt.datetime | None) -> list[tuple[str, dt.datetime]]:
+    """(step, bound) of each pass, in order: finished effects, expired ones (a range
+    of their own: ix_effects_purgeable predates the state), stubs, then the ledger's
+    keys."""
+    effects = [("purge_batch", cutoff), ("purge_expired", cutoff), ("purge_stubs", cutoff)]
+    return effects + (
+        [("forget_keys", horizon)] if horizon is not None else []
+    )
+
+
+def _counted(done: Purged, step: str, got: Batch, seconds: float) -> Purged:
+    if step == "forget_keys":
+        return done.plus(seconds, keys=got.removed)
+    return done.plus(seconds, effects=got.removed, attempts=got.attempts)
 
 
 def purge(
@@ -104,28 +147,26 @@ def purge(
     cutoff: dt.datetime,
     batch_size: int,
     *,
-    sensitive: Sequence[str] = (),
+    horizon: dt.datetime | None = None,
     on_batch: Callable[[Purged], None] | None = None,
 ) -> Purged:
-    """Purge every finished effect older than ``cutoff``, batch after batch."""
+    """Delete every finished effect older than ``cutoff``, batch after batch; then,
+    with a ``horizon``, forget the ledger's keys that finished before it."""
     done = Purged()
-    while True:
-        started = time.perf_counter()
-        effects, attempts = purge_batch(engine, cutoff, batch_size, sensitive)
-        if effects == 0:
-            purge_mismatches(engine, cutoff)
-            while purge_result_rows(engine, cutoff, batch_size):
-                pass
-            return done
-        done = done.plus(effects, attempts, time.perf_counter() - started)
-        if on_batch is not None:
-            on_batch(done)
-
-
-def purge_mismatches(engine: Engine, cutoff: dt.datetime) -> None:
-    """enqueue()'s payload mismatches past the horizon (few rows: one statement)."""
-    with engine.begin() as conn:
-        conn.execute(_Q["purge_mismatches"], {"cutoff": cutoff})
+    for step, bound in _passes(cutoff, horizon):
+        after: tuple[Any, Any] | None = START
+        while after is not None:
+            started = time.perf_counter()
+            got = purge_batch(engine, step, bound, batch_size, after)
+            if got.last is not None:
+                done = _counted(done, step, got, time.perf_counter() - started)
+                if on_batch is not None:
+                    on_batch(done)
+            after = got.last
+    purge_mismatches(engine, cutoff)
+    while purge_result_rows(engine, cutoff, batch_size):
+        pass
+    return done
 
 
 def purge_result_rows(engine: Engine, cutoff: dt.datetime, batch_size: int) -> int:
@@ -139,9 +180,9 @@ def purge_result_rows(engine: Engine, cutoff: dt.datetime, batch_size: int) -> i
 def record_purge(
     engine: Engine, done: Purged, older_than_s: float, actor: str, worker_id: str | None = None
 ) -> None:
-    """The purge in the operators' audit trail (only when it purged something);
+    """The purge in the operators' audit trail (only when it removed something);
     ``worker_id``: the dispatcher that ran it, when the system did."""
-    if done.effects == 0:
+    if done.effects == 0 and done.keys == 0:
         return
     details: dict[str, object] = dataclasses.asdict(done)
     if worker_id is not None:
@@ -165,21 +206,20 @@ async def purge_once(db: DbCalls, settings: Settings, worker_id: str) -> None:
 
     One batch per store call, so a stopping worker cancels it between batches.
     """
-    older_than_s = settings.retention_older_than_s
+    older_than_s, forget_s = settings.retention_older_than_s, settings.retention_forget_keys_after_s
     cutoff, done = cutoff_for(older_than_s), Purged()
-    while True:
-        started = time.perf_counter()
-        got = await db.call(
-            purge_batch, cutoff, settings.retention_batch_size, settings.sensitive_fields
-        )
-        if not got or got[0] == 0:
-            break
-        done = done.plus(got[0], got[1], time.perf_counter() - started)
+    for step, bound in _passes(cutoff, cutoff_for(forget_s) if forget_s else None):
+        after: tuple[Any, Any] | None = START
+        while after is not None:
+            started = time.perf_counter()
+            got = await db.call(purge_batch, step, bound, settings.retention_batch_size, after)
+            if got is None:
+                return
+            if got.last is not None:
+                done = _counted(done, step, got, time.perf_counter() - started)
+            after = got.last
     await db.call(purge_mismatches, cutoff)
     while await db.call(purge_result_rows, cutoff, settings.retention_batch_size):
         pass  # one batch per store call, as above
     await db.call(record_purge, done, older_than_s, SYSTEM_ACTOR, worker_id)
-    log.info(
-        "retention purge",
-        extra={"event": "retention.purged", **dataclasses.asdict(done)},
-    )
+    log.info("retention purge", extra={"event": "retention.purged", **dataclasses.asdict(done)})

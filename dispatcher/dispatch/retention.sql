@@ -1,66 +1,162 @@
 -- name: count_purgeable
--- The dry run: finished effects not yet purged whose finish (updated_at) is
--- older than the cutoff (ix_effects_purgeable, and ix_effects_expired for the
--- expired ones: the first index predates that state).
+-- The dry run: finished effects whose finish (updated_at) is older than the cutoff
+-- (ix_effects_purgeable; ix_effects_expired for expired ones), and the stubs an erasure or an older release left
+-- (ix_effects_stubs).
 SELECT (SELECT count(*) FROM effects
         WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
           AND updated_at < :cutoff)
      + (SELECT count(*) FROM effects
-        WHERE state = 'expired' AND purged_at IS NULL AND updated_at < :cutoff);
+        WHERE state = 'expired' AND purged_at IS NULL AND updated_at < :cutoff)
+     + (SELECT count(*) FROM effects WHERE purged_at IS NOT NULL AND updated_at < :cutoff);
 
 -- name: purge_batch
--- One small batch in its own short transaction: the oldest finished rows, locked
--- with SKIP LOCKED (several purgers share the work, nothing waits), lose their
--- payload and attempts; the row stays as a stub and the key goes to the ledger
--- with its final state, so it can never be enqueued or sent again. The rows with a
--- last_error come back with the payload they had (the CTEs share one snapshot), for
--- the purge to mask that outside text before the payload is gone (scrub_errors);
--- only when there is something to mask (:masking: OUTBOX_SENSITIVE_FIELDS is set).
--- Expired effects are a range of their own (ix_effects_expired): at most
--- :batch_size of each kind a batch.
-WITH finished AS (
-    SELECT id, payload, last_error FROM effects
+-- One small batch in its own short transaction: the oldest finished effects after
+-- the previous batch's last one (a keyset on ix_effects_purgeable, so no batch walks
+-- the index entries its predecessors left behind), locked with SKIP LOCKED (several
+-- purgers share the work, nothing waits), deleted with their attempts. Deleted, not
+-- kept as a stub: an updated stub was a new row version in every index, and the
+-- table only grew (bench/RESULTS.md, "history"). The key stays known to the key
+-- ledger: a delivered key has been there since its delivery (the record statement
+-- writes both; outbox verify checks it), a dead or cancelled one is written here.
+-- Each marker counts its batch's effects retention removed (reconciliation
+-- explains them). Returns the counts and where the batch ended.
+WITH doomed AS (
+    SELECT id, idempotency_key, endpoint, payload_sha256, state, updated_at, job, batch_id
+    FROM effects
     WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
-      AND updated_at < :cutoff
+      AND updated_at < :bound
+      AND (updated_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
     ORDER BY updated_at, id
     LIMIT :batch_size
     FOR UPDATE SKIP LOCKED
-), expired AS (
-    SELECT id, payload, last_error FROM effects
-    WHERE state = 'expired' AND purged_at IS NULL AND updated_at < :cutoff
-    ORDER BY updated_at, id
-    LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
-), doomed AS (
-    SELECT * FROM finished UNION ALL SELECT * FROM expired
 ), attempts AS (
     DELETE FROM delivery_attempts a USING doomed d
     WHERE a.effect_id = d.id
     RETURNING 1
-), purged AS (
-    UPDATE effects e SET payload = '{}'::jsonb, purged_at = now()
-    FROM doomed d
+), gone AS (
+    DELETE FROM effects e USING doomed d
     WHERE e.id = d.id
-    RETURNING e.idempotency_key, e.endpoint, e.payload_sha256, e.state, e.updated_at,
-              e.delivered_at
+    RETURNING 1
 ), ledger AS (
-    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at,
-                            delivered_at)
-    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at,
-           CASE WHEN state = 'delivered' THEN COALESCE(delivered_at, updated_at) END
-    FROM purged
+    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at)
+    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at FROM doomed
+    WHERE state <> 'delivered'
     ON CONFLICT (idempotency_key) DO NOTHING
+), counted AS (
+    UPDATE batches b SET effects_purged = b.effects_purged + n.effects
+    FROM (SELECT job, batch_id, count(*) AS effects FROM doomed
+          WHERE job IS NOT NULL GROUP BY job, batch_id) n
+    WHERE b.job = n.job AND b.batch_id = n.batch_id
 )
-SELECT (SELECT count(*) FROM purged) AS effects, (SELECT count(*) FROM attempts) AS attempts,
-       (SELECT jsonb_agg(jsonb_build_array(id, payload, last_error)) FROM doomed
-        WHERE last_error IS NOT NULL AND CAST(:masking AS boolean)) AS errors;
+SELECT (SELECT count(*) FROM gone) AS effects, (SELECT count(*) FROM attempts) AS attempts,
+       last.updated_at AS last_at, last.id AS last_id
+FROM (SELECT NULL) one
+LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, id DESC
+                   LIMIT 1) last ON true;
 
--- name: scrub_errors
--- In the purge's transaction: the purged rows' last_error, masked with the payload
--- just dropped (a masked text can no longer be masked once the payload is gone).
-UPDATE effects e SET last_error = s.last_error
-FROM unnest(CAST(:ids AS bigint[]), CAST(:errors AS text[])) AS s(id, last_error)
-WHERE e.id = s.id;
+-- name: purge_expired
+-- Expired effects (their send-by time passed unsent), deleted as purge_batch deletes
+-- finished ones, from a range of their own (ix_effects_expired: the other index
+-- predates the state); their keys go to the ledger as expired.
+WITH doomed AS (
+    SELECT id, idempotency_key, endpoint, payload_sha256, state, updated_at, job, batch_id
+    FROM effects
+    WHERE state = 'expired' AND purged_at IS NULL
+      AND updated_at < :bound
+      AND (updated_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+    ORDER BY updated_at, id
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM delivery_attempts a USING doomed d
+    WHERE a.effect_id = d.id
+    RETURNING 1
+), gone AS (
+    DELETE FROM effects e USING doomed d
+    WHERE e.id = d.id
+    RETURNING 1
+), ledger AS (
+    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at)
+    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at FROM doomed
+    WHERE state <> 'delivered'
+    ON CONFLICT (idempotency_key) DO NOTHING
+), counted AS (
+    UPDATE batches b SET effects_purged = b.effects_purged + n.effects
+    FROM (SELECT job, batch_id, count(*) AS effects FROM doomed
+          WHERE job IS NOT NULL GROUP BY job, batch_id) n
+    WHERE b.job = n.job AND b.batch_id = n.batch_id
+)
+SELECT (SELECT count(*) FROM gone) AS effects, (SELECT count(*) FROM attempts) AS attempts,
+       last.updated_at AS last_at, last.id AS last_id
+FROM (SELECT NULL) one
+LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, id DESC
+                   LIMIT 1) last ON true;
+
+-- name: purge_stubs
+-- The stubs an erasure left (payload, recipient and error blanked; purged_at set)
+-- and those an older release's purge kept, once they finished before the cutoff:
+-- deleted like the rest (ix_effects_stubs, a keyset as above). Their keys are in the
+-- ledger already (the erasure and the older purge wrote them).
+WITH doomed AS (
+    SELECT id, updated_at, job, batch_id FROM effects
+    WHERE purged_at IS NOT NULL AND updated_at < :bound
+      AND (updated_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
+    ORDER BY updated_at, id
+    LIMIT :batch_size
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM delivery_attempts a USING doomed d
+    WHERE a.effect_id = d.id
+    RETURNING 1
+), gone AS (
+    DELETE FROM effects e USING doomed d
+    WHERE e.id = d.id
+    RETURNING 1
+), counted AS (
+    UPDATE batches b SET effects_purged = b.effects_purged + n.effects
+    FROM (SELECT job, batch_id, count(*) AS effects FROM doomed
+          WHERE job IS NOT NULL GROUP BY job, batch_id) n
+    WHERE b.job = n.job AND b.batch_id = n.batch_id
+)
+SELECT (SELECT count(*) FROM gone) AS effects, (SELECT count(*) FROM attempts) AS attempts,
+       last.updated_at AS last_at, last.id AS last_id
+FROM (SELECT NULL) one
+LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, id DESC
+                   LIMIT 1) last ON true;
+
+-- name: count_forgettable
+-- The dry run of the ledger's horizon: keys that finished before it.
+SELECT count(*) FROM key_ledger WHERE finished_at < :bound;
+
+-- name: forget_keys
+-- The ledger's horizon: keys that finished before it are forgotten, a batch in a
+-- short transaction, oldest first (ix_key_ledger_finished_at). A batch takes the
+-- next :batch_size finish times after the previous batch's last, and every key that
+-- finished at the last of them too (keys finish in groups: one record statement,
+-- one purge batch), so the next batch starts strictly after it and no key is
+-- skipped or read twice; rows another purger holds are skipped (SKIP LOCKED). A
+-- forgotten key could be enqueued and sent again: the horizon is an operator's
+-- choice, longer than any replay of a job and than the purge's (docs/operations.md,
+-- "Retention"). A key whose effect is still there stays (the effect's unique key
+-- guards it, and outbox verify expects a delivered effect's key in the ledger).
+-- Returns the keys forgotten and the last finish time the batch read.
+WITH edge AS (
+    SELECT max(f.finished_at) AS at
+    FROM (SELECT finished_at FROM key_ledger
+          WHERE finished_at < :bound AND finished_at > CAST(:after_at AS timestamptz)
+          ORDER BY finished_at
+          LIMIT :batch_size) f
+), seen AS (
+    SELECT l.idempotency_key FROM key_ledger l, edge
+    WHERE l.finished_at > CAST(:after_at AS timestamptz) AND l.finished_at <= edge.at
+    FOR UPDATE OF l SKIP LOCKED
+), forgotten AS (
+    DELETE FROM key_ledger k USING seen s
+    WHERE k.idempotency_key = s.idempotency_key
+      AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.idempotency_key = s.idempotency_key)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM forgotten) AS keys, edge.at AS last_at FROM edge;
 
 -- name: purge_result_rows
 -- What batches committed before the cutoff recorded of their result rows (only

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from spark_outbox.core import endpoint_state, queue, tracing
+from spark_outbox.core import counts, endpoint_state, queue, tracing
 from spark_outbox.core.settings import DEFAULT_BREAKER, Breaker, Settings
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch import prepared as _prepared
@@ -402,6 +402,12 @@ def endpoint_states(engine: Engine) -> list[endpoint_state.EndpointState]:
     """What holds each endpoint back now (the progress line says it)."""
     with engine.connect() as conn:
         return endpoint_state.endpoint_states(conn)
+
+
+def fold_counts(engine: Engine) -> int:
+    """Keep the effect counts few rows (``spark_outbox.core.counts``); rows folded."""
+    with engine.begin() as conn:
+        return counts.fold(conn)
 
 
 # "Failing continuously" needs this many failed attempts besides the time, so

@@ -12,9 +12,9 @@ never sent again (the key ledger).
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer" and queues what it claims for ``concurrency`` senders (long-lived
 tasks, each sending one effect at a time); ``stop()`` only sets an event;
-side tasks (listener, recorder, heartbeat, settle_uncertain, park, expire, progress;
-retention and auto_disable when configured) are named, the periodic ones all
-one loop (``periodic.every``), and a crash of any of them or of a sender stops
+side tasks (listener, recorder, heartbeat, settle_uncertain, park, expire,
+fold_counts, progress; retention and auto_disable when configured) are named, the
+periodic ones all one loop (``periodic.every``), and a crash of any of them or of a sender stops
 the worker with a non-zero exit; signals are installed by the CLI, not here.
 Nothing a receiver or an effect's data does can crash a side task or a sender:
 every attempt ends as a recorded outcome (``delivery``, ``recorder``).
@@ -143,6 +143,8 @@ class Worker:
             # Effects past their send-by time end 'expired' (the claim already skips
             # them; this says so, and wakes an ordered key's successor).
             "expire": every(s.poll_interval_s, self._expire),
+            # The effect counts status and /metrics sum stay a few rows (core.counts).
+            "fold_counts": every(s.heartbeat_interval_s, self._fold_counts),
         }
         if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purge = functools.partial(retention.purge_once, self._db, s, self.worker_id)
@@ -250,6 +252,9 @@ class Worker:
             self._queue = stats
             self.metrics.queue_depth.set(stats.depth)
             self.metrics.oldest_due_age.set(stats.oldest_due_age_s)
+
+    async def _fold_counts(self) -> None:
+        await self._db.call(store.fold_counts)
 
     async def _park(self) -> None:
         """Ordered endpoints' effects waiting behind an earlier one of their key leave

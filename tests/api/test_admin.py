@@ -132,21 +132,21 @@ def test_recover_counts_first_then_requeues_what_died_since(
     assert action["action"] == "recover_endpoint" and action["details"]["requeued"] == 3  # type: ignore[index]
 
 
-def test_a_purged_key_answers_200_with_what_is_known(
+def test_a_purged_key_answers_404_with_what_the_ledger_knows(
     client: TestClient, api_tokens: Tokens, engine: Engine
 ) -> None:
     with engine.begin() as conn:
         effect = add_effect(conn, "old", payload={"card": {"pan": "4111"}})
-        add_attempt(conn, effect, "delivered", status_code=200)
+        add_attempt(conn, effect, "delivered", status_code=200)  # and its ledger row
     retention.purge(engine, retention.cutoff_for(0), batch_size=10)
     response = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth("support"))
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["effect"]["state"] == "delivered" and body["effect"]["purged_at"]
-    assert body["effect"]["payload"] is None and body["attempts"] == []
+    assert response.status_code == 404, response.text
+    said = response.json()["detail"]
+    assert "delivered to billing-webhook" in said and "retention has deleted its record" in said
     client.cookies.set("outbox_session", api_tokens.support)
     page = client.get(f"/ui/effects/{effect.key}")
-    assert page.status_code == 200 and "purged" in page.text and "4111" not in page.text
+    assert page.status_code == 404 and "retention has deleted" in page.text
+    assert "4111" not in page.text
 
 
 def test_a_token_may_not_take_a_name_the_system_writes_in_the_audit_trail(

@@ -141,15 +141,27 @@ def test_search_by_reference_uses_the_reference_index(loaded: Connection) -> Non
 
 def test_retention_and_recover_read_through_their_indexes(loaded: Connection) -> None:
     now = dt.datetime.now(dt.UTC)
-    purge = _plan(
-        loaded, RETENTION["purge_batch"], {"cutoff": now, "batch_size": 100, "masking": True}
-    )
+    start = {"bound": now, "batch_size": 100, "after_at": dt.datetime.min, "after_id": -1}
+    purge = _plan(loaded, RETENTION["purge_batch"], start)
     # The batch is found through the purgeable index, never by scanning effects; its
     # attempts by effect_id (a nested loop at 100k+ effects; at this test's size the
     # planner may hash the small attempts table instead).
     assert {"ix_effects_purgeable", "ix_effects_expired"} <= _indexes(purge)
     for node in _nodes(purge):
         assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")
+    stubs = _plan(loaded, RETENTION["purge_stubs"], start)
+    assert "ix_effects_stubs" in _indexes(stubs)
+    loaded.execute(  # the ledger as the record statement fills it
+        sa.text(
+            "INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)"
+            " SELECT idempotency_key, endpoint, payload_sha256, updated_at FROM effects"
+            " WHERE state = 'delivered' ON CONFLICT DO NOTHING"
+        )
+    )
+    loaded.commit()
+    loaded.execute(sa.text("ANALYZE key_ledger"))
+    forget = {"bound": now, "batch_size": 100, "after_at": dt.datetime.min}
+    assert "ix_key_ledger_finished_at" in _indexes(_plan(loaded, RETENTION["forget_keys"], forget))
     recover = _plan(
         loaded,
         OPERATIONS["count_dead_of_endpoint"],

@@ -1,6 +1,7 @@
-"""After retention purges an effect, what its receivers echoed of the payload stays
-masked: the purge masks ``last_error`` with the payload it is about to drop, so the
-support role's effect view (API and page) and the CSV export never show the value."""
+"""After retention, nothing of what a receiver echoed of the payload is left to show:
+the effect, its last error and its attempts are deleted, and what the API, the
+support page and the CSV export still say of its key comes from the key ledger
+(state, endpoint, when), which never held outside text."""
 
 from __future__ import annotations
 
@@ -22,11 +23,10 @@ SPACED = " ".join(PAN[i : i + 4] for i in range(0, 16, 4))  # as a receiver grou
 def _purge_from_the_command_line(db_url: str) -> None:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DATABASE_URL", db_url)
-        env.setenv("OUTBOX_SENSITIVE_FIELDS", "card.pan")
         assert main(["--log-format", "text", "purge", "--older-than", "30d"]) == 0
 
 
-def test_a_purged_effects_last_error_stays_masked_for_support(
+def test_a_purged_effects_echo_of_the_payload_is_gone_from_every_view(
     client: TestClient, api_tokens: Tokens, engine: Engine, db_url: str
 ) -> None:
     effect = leaky(engine)
@@ -39,20 +39,27 @@ def test_a_purged_effects_last_error_stays_masked_for_support(
             {"e": f"HTTP 422: card {SPACED} declined (pan={PAN})", "id": effect.id},
         )
     _purge_from_the_command_line(db_url)
-    auth = api_tokens.auth("support")
-    detail = client.get(f"/v1/effects/{effect.key}", headers=auth)
-    assert detail.status_code == 200 and detail.json()["effect"]["purged_at"] is not None
-    assert detail.json()["effect"]["last_error"] == "HTTP 422: card *** declined (pan=***)"
+    for role in ("support", "operator"):
+        detail = client.get(f"/v1/effects/{effect.key}", headers=api_tokens.auth(role))
+        assert detail.status_code == 404 and "dead-lettered on" in detail.json()["detail"]
     now = dt.datetime.now(dt.UTC)
     window = {
-        "since": (now - dt.timedelta(days=1)).isoformat(),
+        "since": (now - dt.timedelta(days=60)).isoformat(),
         "until": (now + dt.timedelta(days=1)).isoformat(),
-        "state": "dead",
     }
+    auth = api_tokens.auth("support")
     exported = client.get("/v1/effects.csv", params=window, headers=auth).text
-    assert effect.key in exported and "card *** declined" in exported
+    assert effect.key not in exported
     _sign_in(client, api_tokens.support)
     page = client.get(f"/ui/effects/{effect.key}").text
-    assert "card *** declined" in page
-    for shown in (detail.text, exported, page):
+    assert "retention has deleted its record" in page
+    with engine.connect() as conn:
+        texts = conn.execute(
+            sa.text(
+                "SELECT coalesce(string_agg(error || response_excerpt, ''), '')"
+                " FROM delivery_attempts WHERE effect_id = :id"
+            ),
+            {"id": effect.id},
+        ).scalar_one()
+    for shown in (detail.text, exported, page, texts):
         assert PAN not in shown and SPACED not in shown and PAN[:8] not in shown

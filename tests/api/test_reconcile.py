@@ -117,7 +117,8 @@ def test_every_gap_is_explained_or_reported(
         "purged": 1,
     }
     assert good["effect_rows"] == 8 and good["unexplained"] == 0
-    assert good["payload_mismatches"] == 1 and good["attempts"] >= 3
+    # attempts: of the effects still there (the purged one's left with it)
+    assert good["payload_mismatches"] == 1 and good["attempts"] >= 2
     (broken,) = client.get(
         "/v1/reconcile", params={"job": JOB, "batch_id": BROKEN}, headers=auth
     ).json()

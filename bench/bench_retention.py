@@ -1,0 +1,204 @@
+"""Retention at 10M effects: purging a month while a dispatcher drains, and the size
+of the outbox over fill/purge cycles.
+
+    python -m bench retention -- --reuse DATABASE [--cycles 4] [--burst 30000]
+                                 [--vacuum explicit|auto]
+
+A year of history (``bench history -- --keep``: 10M effects, 30M attempts, the
+ledger) is needed; it is changed for good (months are purged and filled), so
+keep a copy if you need it again. Per cycle:
+1. a drain alone: a committed batch of ``--burst`` effects delivered by one
+   ``outbox dispatcher run`` process (its defaults) to a local receiver;
+2. the same drain while the oldest month of finished effects is purged in a
+   thread (``retention.purge``: effects, attempts, then the ledger's keys of the
+   same month: the horizon equals the cutoff), deliveries/s counted while both
+   ran; the purge's own rate (effects/s) over its whole run;
+   the order of 1 and 2 alternates between cycles;
+3. VACUUM of what the purge touched (``--vacuum explicit``; ``auto``: wait for
+   autovacuum to have visited effects, attempts and the ledger since the purge);
+4. a month of new finished history loaded (the fill);
+5. the size of effects, attempts and the ledger (heap, TOAST, indexes).
+Targets (issue 30): the drain while purging >= 0.9x alone; the purge >= 50,000
+effects/s; the size flat over the cycles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import threading
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from bench import history_cluster, history_side
+from bench import receiver as bench_receiver
+from bench.bench_dispatch import uptime
+from bench.history_side import Side
+from spark_outbox.cli.tools import history, scratch
+from spark_outbox.core import db
+from spark_outbox.dispatch import retention
+
+MONTH = dt.timedelta(days=30)
+TABLES = ("effects", "delivery_attempts", "key_ledger")
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="bench retention", description=__doc__)
+    ap.add_argument("--reuse", metavar="DATABASE", required=True, help="a kept history")
+    ap.add_argument("--effects", type=int, default=10_000_000, help="its size (default 10M)")
+    ap.add_argument("--cycles", type=int, default=4)
+    ap.add_argument("--burst", type=int, default=30_000, help="effects per drain")
+    ap.add_argument("--batch-size", type=int, default=5000, help="purge batch")
+    ap.add_argument("--vacuum", choices=("explicit", "auto"), default="explicit")
+    return ap.parse_args(argv)
+
+
+def _size_bytes(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT sum(pg_total_relation_size(CAST(t AS regclass))) FROM unnest(:t) t"
+                ),
+                {"t": list(TABLES)},
+            ).scalar_one()
+        )
+
+
+def _oldest_month(engine: Engine) -> dt.datetime:
+    """The cutoff of the oldest month of finished effects (ix_effects_purgeable)."""
+    with engine.connect() as conn:
+        oldest = conn.execute(
+            sa.text(
+                "SELECT min(updated_at) FROM effects"
+                " WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
+            )
+        ).scalar_one()
+    return oldest + MONTH
+
+
+class Purger(threading.Thread):
+    """One month's purge (effects, then the ledger's keys of the month), timed."""
+
+    def __init__(self, engine: Engine, cutoff: dt.datetime, batch_size: int) -> None:
+        super().__init__(name="purger")
+        self.engine, self.cutoff, self.batch_size = engine, cutoff, batch_size
+        self.done = retention.Purged()
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        self.done = retention.purge(self.engine, self.cutoff, self.batch_size, horizon=self.cutoff)
+        self.seconds = time.perf_counter() - t0
+
+
+def _drain_with_purge(side: Side, base: str, pid: int, n: int, purger: Purger) -> float:
+    """Deliveries/s while the purge ran (or over the drain, if the purge outlasted it)."""
+    with history_side.dispatcher(side, base, pid):
+        first = history_side.next_first(n)
+        t0 = time.perf_counter()
+        history.burst(side.engine, effects=n, first=first, endpoint="bench", recipients=1)
+        purger.start()
+        while history_side.unfinished(side.engine, "bench"):
+            if not purger.is_alive():
+                break
+            time.sleep(0.02)
+        delivered = _delivered_of(side.engine, first, n)
+        elapsed = time.perf_counter() - t0
+        while history_side.unfinished(side.engine, "bench"):
+            time.sleep(0.02)
+    purger.join()
+    return delivered / elapsed
+
+
+def _delivered_of(engine: Engine, first: int, n: int) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM effects WHERE job = 'billing' AND batch_id = :b"
+                    " AND state = 'delivered'"
+                ),
+                {"b": f"burst-{first}"},
+            ).scalar_one()
+        )
+
+
+def _vacuum(engine: Engine, how: str, since: dt.datetime) -> float:
+    t0 = time.perf_counter()
+    if how == "explicit":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f"VACUUM {', '.join(TABLES)}"))
+        return time.perf_counter() - t0
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_user_tables WHERE relname = ANY(:t)"
+        " AND GREATEST(last_autovacuum, last_vacuum) > :since"
+    )
+    while True:
+        with engine.connect() as conn:
+            if conn.execute(query, {"t": list(TABLES), "since": since}).scalar_one() == 3:
+                return time.perf_counter() - t0
+        time.sleep(5)
+
+
+def _fill(engine: Engine, effects: int, first: int) -> float:
+    t0 = time.perf_counter()
+    history.load(engine, effects=effects, days=30, first=first)
+    return time.perf_counter() - t0
+
+
+def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) -> dict[str, float]:
+    cutoff = _oldest_month(side.engine)
+    purger = Purger(side.engine, cutoff, args.batch_size)
+    started = dt.datetime.now(dt.UTC)
+    found: dict[str, float] = {}
+    for kind in ("alone", "with") if c % 2 == 0 else ("with", "alone"):
+        if kind == "alone":
+            found["drain alone /s"] = history_side.drain(side, base, pid, args.burst)
+        else:
+            found["drain while purging /s"] = _drain_with_purge(side, base, pid, args.burst, purger)
+    found["purged effects"] = purger.done.effects
+    found["purge effects/s"] = purger.done.effects / max(purger.seconds, 1e-9)
+    found["forgotten keys"] = purger.done.keys
+    found["vacuum s"] = _vacuum(side.engine, args.vacuum, started)
+    month = args.effects // 12 // 1000 * 1000
+    found["fill s"] = _fill(side.engine, month, first=args.effects * 10 + c * month + 1)
+    found["size GB"] = _size_bytes(side.engine) / 1e9
+    return found
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    print(f"start: {uptime()}", flush=True)
+    url = scratch.with_database(history_cluster.server_url(), args.reuse)
+    db.upgrade(url)
+    engine = db.create_engine(url, pool_size=4)
+    side = Side("history", url, engine, args.effects, max(1, args.effects // 5))
+    rows: list[dict[str, float]] = []
+    try:
+        print(f"size before: {_size_bytes(engine) / 1e9:.2f} GB", flush=True)
+        with bench_receiver.serve() as (base, pid):
+            history_side.prepare(side, base)
+            for c in range(args.cycles):
+                rows.append(_cycle(side, base, pid, args, c))
+                print(f"cycle {c + 1}: " + ", ".join(f"{k} {v:,.2f}" for k, v in rows[-1].items()))
+    finally:
+        engine.dispose()
+    names = list(rows[0]) if rows else []
+    print(f"\n{'cycle':>5} " + " ".join(f"{n:>22}" for n in names))
+    for c, row in enumerate(rows):
+        print(f"{c + 1:>5} " + " ".join(f"{row[n]:>22,.2f}" for n in names))
+    ratios = [r["drain while purging /s"] / r["drain alone /s"] for r in rows]
+    rates = [r["purge effects/s"] for r in rows]
+    if rows:
+        print(
+            f"\ndrain while purging / alone: {', '.join(f'{x:.2f}' for x in ratios)}; median"
+            f" {statistics.median(ratios):.2f} (>= 0.9); purge median"
+            f" {statistics.median(rates):,.0f} effects/s (>= 50,000); size"
+            f" {rows[0]['size GB']:.2f} -> {rows[-1]['size GB']:.2f} GB"
+        )
+    print(f"end: {uptime()}")
+    return 0
