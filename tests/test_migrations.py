@@ -230,7 +230,7 @@ def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
     engine = db.create_engine(empty_db_url, pool_size=1)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE alembic_version SET version_num = '2710'"))
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = '2730'"))
             conn.execute(sa.text("DROP INDEX ix_effects_expired"))
     finally:
         engine.dispose()

@@ -131,9 +131,7 @@ def _passes(cutoff: dt.datetime, horizon: dt.datetime | None) -> list[tuple[str,
     of their own: ix_effects_purgeable predates the state), stubs, then the ledger's
     keys."""
     effects = [("purge_batch", cutoff), ("purge_expired", cutoff), ("purge_stubs", cutoff)]
-    return effects + (
-        [("forget_keys", horizon)] if horizon is not None else []
-    )
+    return effects + ([("forget_keys", horizon)] if horizon is not None else [])
 
 
 def _counted(done: Purged, step: str, got: Batch, seconds: float) -> Purged:
