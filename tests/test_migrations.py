@@ -225,8 +225,8 @@ def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
     """2720 commits its first part before it validates and builds CONCURRENTLY: if
     that part fails (say an index build), the revision stays unrecorded, and an
     upgrade run again must redo it from the start over what was committed."""
-    db.upgrade(empty_db_url)
-    at_head = _catalog(empty_db_url)
+    db.upgrade(empty_db_url, "outbox@2720")
+    at_2720 = _catalog(empty_db_url)
     engine = db.create_engine(empty_db_url, pool_size=1)
     try:
         with engine.begin() as conn:
@@ -234,5 +234,5 @@ def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
             conn.execute(sa.text("DROP INDEX ix_effects_expired"))
     finally:
         engine.dispose()
-    db.upgrade(empty_db_url)
-    assert _catalog(empty_db_url) == at_head
+    db.upgrade(empty_db_url, "outbox@2720")
+    assert _catalog(empty_db_url) == at_2720

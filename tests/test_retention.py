@@ -122,8 +122,8 @@ def test_stubs_left_by_an_erasure_or_an_older_purge_are_deleted_too(engine: Engi
             {"k": built["old-ok"].key},
         )
     cutoff = retention.cutoff_for(THIRTY_DAYS_S)
-    assert retention.count_purgeable(engine, cutoff) == 3
-    assert retention.purge(engine, cutoff, batch_size=100).effects == 3
+    assert retention.count_purgeable(engine, cutoff) == 4  # the stub among them
+    assert retention.purge(engine, cutoff, batch_size=100).effects == 4
     assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
 
 
@@ -133,10 +133,10 @@ def test_the_ledger_forgets_keys_past_its_horizon_and_only_those(engine: Engine)
     retention.purge(engine, cutoff, batch_size=100)
     with engine.begin() as conn:  # the keys finished long ago (and new-ok's too)
         conn.execute(sa.text("UPDATE key_ledger SET finished_at = now() - interval '500 days'"))
-    assert retention.count_forgettable(engine, horizon) == 4
+    assert retention.count_forgettable(engine, horizon) == 5  # old-expired's too
     done = retention.purge(engine, cutoff, batch_size=1, horizon=horizon)
     # new-ok's effect is still there: its key stays (its unique key guards it anyway)
-    assert (done.effects, done.keys) == (0, 3)
+    assert (done.effects, done.keys) == (0, 4)
     assert _ledger(engine) == {built["new-ok"].key: "delivered"}
     with engine.begin() as conn:
         again = enqueue(
@@ -252,7 +252,9 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
             sa.text("SELECT actor, details FROM operator_actions WHERE action = 'purge'")
         ).one()
     # The system's one actor, as for its other changes; the worker that ran it in details.
-    assert actor == "system" and details["worker_id"] == "w-ret" and details["effects"] == 3
+    assert (
+        actor == "system" and details["worker_id"] == "w-ret" and details["effects"] == 4
+    )  # old-expired among them
 
 
 def test_retention_settings_are_read_and_checked_at_start() -> None:

@@ -25,7 +25,8 @@ SELECT 'billing', 'b-' || b, md5('run-' || b)::uuid,
        CAST(:now AS timestamptz) - make_interval(days => :days)
            + (b - 1 - (CAST(:first AS bigint) - 1) / :per_batch)
              * (make_interval(days => :days) / CEIL(CAST(:n_effects AS float8) / :per_batch)),
-       :per_batch, :per_batch, :per_batch, 5, 2.5,
+       -- nine in ten of a batch's range are the job's (the tenth: a partner's, no batch)
+       :per_batch, :per_batch * 9 / 10, :per_batch * 9 / 10, 5, 2.5,
        jsonb_build_object('billing-webhook', :per_batch * 6 / 10, 'billing-email', :per_batch * 3 / 10)
 FROM generate_series((CAST(:lo AS bigint) - 1) / :per_batch + 1, (CAST(:hi AS bigint) - 1) / :per_batch + 1) b;
 

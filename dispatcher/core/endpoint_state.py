@@ -59,6 +59,7 @@ class _Facts:
     enabled: bool
     paused_reason: str | None
     archived_at: dt.datetime | None
+    archived_reason: str | None
     rate_limit_per_s: float | None
     max_in_flight: int | None
     failures: int
@@ -98,7 +99,7 @@ def _state(f: _Facts, queue: QueueStats) -> EndpointState:
 def _decide(f: _Facts) -> tuple[str, str | None]:
     """The first state that holds, and why, in words."""
     if f.archived_at is not None:
-        return "archived", f"archived: {f.paused_reason or 'retired by an operator'}"
+        return "archived", f"archived: {f.archived_reason or 'retired by an operator'}"
     if not f.enabled:
         reason = f.paused_reason or "no reason recorded"
         if reason.startswith(AUTO_DISABLED_PREFIX):

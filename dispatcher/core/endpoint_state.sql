@@ -3,7 +3,7 @@
 -- (dispatch/store.sql, claim): enabled, its budget's rest, in-flight count and
 -- tokens (refilled to this moment by the claim's own formula), and the failing
 -- streak the record keeps. Two small tables, one row per endpoint.
-SELECT ep.name, ep.enabled, ep.paused_reason, ep.archived_at,
+SELECT ep.name, ep.enabled, ep.paused_reason, ep.archived_at, ep.archived_reason,
        ep.rate_limit_per_s, ep.max_in_flight,
        COALESCE(b.failures, 0) AS failures, b.failing_since, b.last_failure,
        CASE WHEN b.resting_until > now() THEN b.resting_until END AS resting_until,

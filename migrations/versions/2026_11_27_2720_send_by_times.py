@@ -88,9 +88,11 @@ SELECT * FROM claimable_effects WHERE next_attempt_at <= now()
 
 def _states(table: str, states: str, *, later: bool = True) -> None:
     """Replace a table's state check; ``later``: NOT VALID, validated by the caller."""
+    # Dropped IF EXISTS, then added: a second run (after the part below failed) finds
+    # the new check there and replaces it again; one transaction, so never without one.
+    op.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS ck_{table}_state")
     op.execute(
-        f"ALTER TABLE {table} DROP CONSTRAINT ck_{table}_state, "
-        f"ADD CONSTRAINT ck_{table}_state CHECK (state IN ({states}))"
+        f"ALTER TABLE {table} ADD CONSTRAINT ck_{table}_state CHECK (state IN ({states}))"
         + (" NOT VALID" if later else "")
     )
 

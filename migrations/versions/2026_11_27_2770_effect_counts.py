@@ -65,6 +65,7 @@ def upgrade() -> None:
         sa.Column("state", sa.Text, nullable=False),
         sa.Column("run_id", pg.UUID(as_uuid=True)),
         sa.Column("n", sa.BigInteger, nullable=False),
+        if_not_exists=True,  # committed before the count below: it may run again
     )
     for name in _OBJECTS:
         op.execute(objects.text(name))

@@ -37,6 +37,7 @@ def upgrade() -> None:
     op.add_column(
         "batches",
         sa.Column("effects_purged", sa.BigInteger, nullable=False, server_default="0"),
+        if_not_exists=True,  # committed before the indexes below: it may run again
     )
     with op.get_context().autocommit_block():
         op.create_index(

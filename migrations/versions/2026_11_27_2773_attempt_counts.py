@@ -51,8 +51,9 @@ def upgrade() -> None:
         sa.Column("minute", pg.TIMESTAMP(timezone=True), nullable=False),
         sa.Column("outcome", sa.Text, nullable=False),
         sa.Column("n", sa.BigInteger, nullable=False),
+        if_not_exists=True,  # committed before the count below: it may run again
     )
-    op.create_index("ix_attempt_counts_minute", "attempt_counts", ["minute"])
+    op.create_index("ix_attempt_counts_minute", "attempt_counts", ["minute"], if_not_exists=True)
     op.execute(objects.text("attempt_counts_inserted"))
     op.execute(objects.text("delivery_attempts_count_on_insert"))
     with op.get_context().autocommit_block():

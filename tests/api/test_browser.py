@@ -232,7 +232,8 @@ def test_support_walks_from_a_tile_to_a_list_to_an_effect_and_an_operator_resend
             _sign_in(page, api_tokens.operator)
             page.goto(f"/ui/effects/{delivered.key}")
             page.fill("#resend-form input[name=reason]", "customer restored a backup")
-            page.click("#resend-form button")
+            with page.expect_navigation(timeout=PATIENT_MS):  # the POST, then its redirect
+                page.click("#resend-form button")
             expect(page.locator("#effect-state")).to_have_text("pending", timeout=PATIENT_MS)
             expect(page.locator("#effect-resend")).to_contain_text(
                 "customer restored a backup", timeout=PATIENT_MS

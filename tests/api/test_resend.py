@@ -102,7 +102,7 @@ def test_a_resend_is_refused_with_its_reason_for_every_effect_it_must_not_send(
 
     body = {"reason": "customer asked"}
     expected = {
-        purged: (409, "purged by retention"),
+        purged: (404, "its record is gone: nothing to resend"),  # retention deleted it
         erased: (409, "never sent again"),
         pending: (409, "waiting to be sent already"),
         uncertain: (409, "outbox effects resolve"),
@@ -139,7 +139,7 @@ def test_a_bulk_resend_of_a_batch_counts_first_keeps_its_cap_and_says_what_it_re
 
     dry = client.post("/v1/effects/bulk-resend", json=batch, headers=operator).json()
     assert dry["dry_run"] is True and dry["matched"] == 5 - len(purged)
-    assert dry["refused"] == {"purged": len(purged)}
+    assert dry["refused"] == {}  # retention deleted it: not there to match (the ledger knows it)
     over = client.post(
         "/v1/effects/bulk-resend", json=batch | {"cap": 2, "dry_run": False}, headers=operator
     )
@@ -149,7 +149,7 @@ def test_a_bulk_resend_of_a_batch_counts_first_keeps_its_cap_and_says_what_it_re
     done = client.post(
         "/v1/effects/bulk-resend", json=batch | {"dry_run": False}, headers=operator
     ).json()
-    assert done["resent"] == 5 - len(purged) and done["refused"] == {"purged": len(purged)}
+    assert done["resent"] == 5 - len(purged) and done["refused"] == {}
     (action,) = [a for a in _actions(engine) if a.action == "bulk_resend"]
     assert set(action.details["keys"]) == {b.key for b in built} - purged
     assert action.details["filter"] == {"job": "billing", "batch_id": "2026-11-26"}
