@@ -42,6 +42,7 @@ from spark_outbox.core.wakeup import Listener
 from spark_outbox.dispatch import periodic, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
+from spark_outbox.dispatch.lanes import Lanes
 from spark_outbox.dispatch.metrics import Metrics
 from spark_outbox.dispatch.recorder import Recorder
 
@@ -82,6 +83,8 @@ class Worker:
         # Claimed effects wait here for one of ``concurrency`` senders (long-lived
         # tasks: a task per effect and a semaphore cost ~10 % of the process's CPU).
         self._waiting: asyncio.Queue[store.Claimed] = asyncio.Queue()
+        # Sends at once per endpoint that cannot deduplicate (``lanes``).
+        self._lanes: Lanes[store.Claimed] = Lanes(settings.nondedup_concurrency)
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
@@ -197,22 +200,32 @@ class Worker:
         return due is False
 
     async def _sender(self, delivery: Delivery) -> None:
-        """One of ``concurrency``: sends claimed effects one after another, for ever."""
+        """One of ``concurrency``: sends claimed effects one after another, for ever.
+        An effect of an endpoint that cannot deduplicate is sent in one of its lanes
+        (``lanes``): when all are taken it waits in its endpoint's line, and this
+        sender goes on with the next effect."""
         while True:
-            effect = await self._waiting.get()
-            try:
-                outcome = await delivery.attempt(effect)
-            except Exception as exc:  # never leave a claimed effect unaccounted
-                log.error(
-                    "attempt failed before sending; lease handed back",
-                    extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
-                    | outside.failure(exc),
-                )
-                outcome = store.Release(
-                    effect.id, effect.lease_token, self.settings.poll_interval_s
-                )
-            self._recorder.queue.put_nowait(outcome)
-            self._sent()
+            effect: store.Claimed | None = await self._waiting.get()
+            assert effect is not None
+            laned = not await delivery.deduplicates(effect.endpoint)
+            if laned and not self._lanes.enter(effect):
+                continue
+            while effect is not None:
+                await self._attempt(delivery, effect)
+                effect = self._lanes.leave(effect.endpoint) if laned else None
+
+    async def _attempt(self, delivery: Delivery, effect: store.Claimed) -> None:
+        try:
+            outcome = await delivery.attempt(effect)
+        except Exception as exc:  # never leave a claimed effect unaccounted
+            log.error(
+                "attempt failed before sending; lease handed back",
+                extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
+            )
+            outcome = store.Release(effect.id, effect.lease_token, self.settings.poll_interval_s)
+        self._recorder.queue.put_nowait(outcome)
+        self._sent()
 
     def _settled(self, count: int) -> None:
         self._unrecorded -= count

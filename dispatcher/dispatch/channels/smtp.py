@@ -37,7 +37,7 @@ from spark_outbox.core.endpoints import Endpoint
 from spark_outbox.core.errors import InvalidEffect
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.validation import check_email_effect
-from spark_outbox.dispatch.channels import Sent
+from spark_outbox.dispatch.channels import NOT_STARTED, Sent, Start
 from spark_outbox.dispatch.store import Claimed
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,13 @@ class EmailChannel:
     async def close(self) -> None:
         return None
 
-    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
+    async def send(
+        self, endpoint: Endpoint, effect: Claimed, timeout_s: float, start: Start | None = None
+    ) -> Sent:
+        """One message on a connection of its own; never raises for a delivery
+        problem. ``start``: asked once DATA was accepted, right before the message's
+        content goes out (connecting, TLS, AUTH, MAIL and RCPT hand nothing over:
+        a send cut off there is not uncertain)."""
         rendered = render(endpoint, effect)
         if isinstance(rendered, Sent):
             return rendered
@@ -153,7 +159,9 @@ class EmailChannel:
         handed = _HandedOver()
         try:
             async with asyncio.timeout(timeout_s):
-                client = await self._converse(endpoint, recipient, data, timeout_s, handed)
+                client = await self._converse(endpoint, recipient, data, timeout_s, handed, start)
+        except _NotStarted:
+            return Sent(NOT_STARTED)
         except Exception as exc:  # the server's doing, never the worker's end
             return dataclasses.replace(_classify(exc, timeout_s), handed_over=handed.done)
         with contextlib.suppress(Exception):  # accepted: a failed QUIT changes nothing
@@ -168,6 +176,7 @@ class EmailChannel:
         data: bytes,
         timeout_s: float,
         handed: _HandedOver,
+        start: Start | None,
     ) -> aiosmtplib.SMTP:
         """MAIL, RCPT, DATA driven step by step, so that ``handed`` says whether the
         whole message (up to the DATA terminator) was written and no answer came
@@ -193,6 +202,8 @@ class EmailChannel:
             ready = await client.execute_command(b"DATA")
             if ready.code != 354:
                 raise aiosmtplib.SMTPDataError(ready.code, ready.message)
+            if start is not None and not await start():
+                raise _NotStarted  # closed below: the server drops the transaction
             if client.protocol is None:
                 raise aiosmtplib.SMTPServerDisconnected("Connection lost")
             client.protocol.write(_data_section(data))
@@ -210,6 +221,10 @@ class EmailChannel:
 @dataclasses.dataclass
 class _HandedOver:
     done: bool = False
+
+
+class _NotStarted(Exception):
+    """The send's start could not be recorded: the message content never goes out."""
 
 
 def _data_section(message: bytes) -> bytes:
