@@ -190,7 +190,12 @@ _FLOOR_QUEUE = (
 )
 
 
-def start_dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[bytes]:
+def start_dispatchers(
+    ctx: Ctx, processes: int, *args: str, code: Path = ROOT
+) -> subprocess.Popen[bytes]:
+    """``outbox dispatcher run --processes N *args``, once its workers beat; ``code``: the
+    checkout it runs from (another one for an A/B of two commits: same venv, database
+    and receiver)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     env |= {
         "DATABASE_URL": ctx.url,
@@ -210,7 +215,7 @@ def start_dispatchers(ctx: Ctx, processes: int, *args: str) -> subprocess.Popen[
             str(processes),
             *args,
         ],
-        cwd=ROOT,
+        cwd=code,  # python -m imports spark_outbox from there first
         env=env,
     )
     want = processes or cores()
@@ -228,19 +233,24 @@ def _reset(engine: Engine) -> None:
 
 
 def dispatcher(
-    processes: int, endpoint: str = "bench", ordering_keys: int = 0, options: str = ""
+    processes: int,
+    endpoint: str = "bench",
+    ordering_keys: int = 0,
+    options: str = "",
+    code: Path = ROOT,
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
     their bookkeeping only) or ``bench-ordered`` (per-key ordering over
     ``ordering_keys`` keys, effects spread over them round robin); ``options``:
-    ``outbox dispatcher run`` options (``bench dispatch -- --settings``)."""
+    ``outbox dispatcher run`` options (``bench dispatch -- --settings``); ``code``: the
+    checkout the dispatcher runs from (``--code``)."""
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
         # The dispatcher's defaults (concurrency, claim batch size) unless the
         # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
         extra = os.environ.get("BENCH_DISPATCH_ARGS", "").split() + options.split()
-        proc = start_dispatchers(ctx, processes, *extra)
+        proc = start_dispatchers(ctx, processes, *extra, code=code)
         try:
             insert_effects(ctx.engine, n, endpoint, ordering_keys)
             t0 = time.perf_counter()

@@ -30,6 +30,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +50,19 @@ SELECT lpad(to_hex(g), 64, '0'), 'crash-mail', 'c' || g || '@example.com',
        jsonb_build_object('subject', 'Invoice ' || g, 'text', 'Your invoice ' || g), 'x'
 FROM generate_series(1, :n) g
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """How the dispatcher runs: ``dispatcher run`` options (none: the defaults, what the
+    drill is for) and the checkout it runs from (an A/B of two commits)."""
+
+    options: tuple[str, ...] = ()
+    code: Path = contenders.ROOT
+
+    def __str__(self) -> str:
+        where = "" if self.code == contenders.ROOT else f" (code {self.code})"
+        return f"`outbox dispatcher run{''.join(' ' + o for o in self.options)}`{where}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +112,10 @@ def _connections_gone(engine: sa.Engine) -> bool:
     return contenders._scalar(engine, sql) == 0
 
 
-def _kill_all(ctx: contenders.Ctx, kills: int, options: list[str]) -> None:
+def _kill_all(ctx: contenders.Ctx, kills: int, run: Run) -> None:
     """``kills`` times: a dispatcher at its defaults, killed -9 mid-drain; leases expired."""
     for k in range(kills):
-        proc = contenders.start_dispatchers(ctx, 0, *options)
+        proc = contenders.start_dispatchers(ctx, 0, *run.options, code=run.code)
         time.sleep(DELAYS_S[k % len(DELAYS_S)])
         proc.kill()  # the supervisor; its workers die with it (PR_SET_PDEATHSIG)
         proc.wait(10)
@@ -118,8 +132,8 @@ def _kill_all(ctx: contenders.Ctx, kills: int, options: list[str]) -> None:
         print(f"kill {k + 1}: {leased} effects were under lease", flush=True)
 
 
-def _drain(ctx: contenders.Ctx, options: list[str]) -> None:
-    proc = contenders.start_dispatchers(ctx, 0, *options)
+def _drain(ctx: contenders.Ctx, run: Run) -> None:
+    proc = contenders.start_dispatchers(ctx, 0, *run.options, code=run.code)
     try:
         unfinished = "FROM effects WHERE state IN ('pending', 'leased')"
         contenders._wait(lambda: contenders._drained(ctx.engine, unfinished), 600, "drain")
@@ -131,18 +145,18 @@ def _count(engine: sa.Engine, state: str) -> int:
     return contenders._scalar(engine, f"SELECT count(*) FROM effects WHERE state = '{state}'")
 
 
-def webhooks(ctx: contenders.Ctx, n: int, kills: int, options: list[str]) -> Drill:
+def webhooks(ctx: contenders.Ctx, n: int, kills: int, run: Run) -> Drill:
     """Re-sends per kill to a deduplicating webhook endpoint (the bench's ``lat``)."""
     contenders._reset(ctx.engine)
     _arrivals(ctx.base)  # forget earlier ones
     insert_effects(ctx.engine, n, "lat")
-    _kill_all(ctx, kills, options)
-    _drain(ctx, options)
+    _kill_all(ctx, kills, run)
+    _drain(ctx, run)
     seen = collections.Counter(_arrivals(ctx.base))
     return Drill(kills, n, _count(ctx.engine, "delivered"), sum(seen.values()) - len(seen), 0, 0)
 
 
-def emails(ctx: contenders.Ctx, n: int, kills: int, options: list[str]) -> Drill:
+def emails(ctx: contenders.Ctx, n: int, kills: int, run: Run) -> Drill:
     """Uncertain effects per kill to an e-mail endpoint that cannot deduplicate."""
     contenders._reset(ctx.engine)
     with smtp_server() as (port, box):
@@ -157,8 +171,8 @@ def emails(ctx: contenders.Ctx, n: int, kills: int, options: list[str]) -> Drill
             )
             conn.execute(sa.text(_MAILS), {"n": n})
             wakeup.notify(conn, "bench")
-        _kill_all(ctx, kills, options)
-        _drain(ctx, options)
+        _kill_all(ctx, kills, run)
+        _drain(ctx, run)
         received = {mid.strip("<>").split("@")[0] for mid in box.ids}
         resent = len(box.ids) - len(received)
     with ctx.engine.connect() as conn:
@@ -177,7 +191,7 @@ def emails(ctx: contenders.Ctx, n: int, kills: int, options: list[str]) -> Drill
     )
 
 
-def report(what: str, drill: Drill, options: str = "") -> str:
+def report(what: str, drill: Drill, run: Run) -> str:
     per_kill = f"{drill.resent / drill.kills:.1f} re-sends per kill"
     if what == "e-mail":
         per_kill += (
@@ -185,26 +199,26 @@ def report(what: str, drill: Drill, options: str = "") -> str:
             f"({drill.uncertain_received} of {drill.uncertain} uncertain were received)"
         )
     return (
-        f"crash window, {what}: {drill.kills} kill -9 of `outbox dispatcher run{options}` "
-        f"over {drill.effects:,} effects: {drill.delivered:,} delivered, {drill.resent} re-sent, "
+        f"crash window, {what}: {drill.kills} kill -9 of {run}"
+        f" over {drill.effects:,} effects: {drill.delivered:,} delivered, {drill.resent} re-sent, "
         f"{drill.uncertain} uncertain: {per_kill}"
     )
 
 
 def run(
-    ctx: contenders.Ctx, kills: int, webhook_n: int, email_n: int, options: str = ""
+    ctx: contenders.Ctx, kills: int, webhook_n: int, email_n: int, how: Run | None = None
 ) -> list[Drill]:
-    """Both drills, printed as they end; ``options``: ``dispatcher run`` options
-    (none: the defaults, what the drill is for)."""
+    """Both drills, printed as they end; ``how``: the defaults unless told."""
+    how = how or Run()
     done = []
-    drills: list[tuple[str, Callable[[contenders.Ctx, int, int, list[str]], Drill], int]] = [
+    drills: list[tuple[str, Callable[[contenders.Ctx, int, int, Run], Drill], int]] = [
         ("webhook", webhooks, webhook_n),
         ("e-mail", emails, email_n),
     ]
     for what, drill, n in drills:
         if n <= 0:
             continue
-        result = drill(ctx, n, kills, options.split())
-        print(report(what, result, f" {options}" if options else ""), flush=True)
+        result = drill(ctx, n, kills, how)
+        print(report(what, result, how), flush=True)
         done.append(result)
     return done

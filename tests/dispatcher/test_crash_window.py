@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,3 +144,31 @@ def test_a_kill_leaves_at_most_nondedup_concurrency_emails_uncertain_while_webho
     finally:
         assert procs.stop(rescuer) == 0
     assert len(box.message_ids) == len(set(box.message_ids)) == 20
+
+
+def test_while_records_stall_a_worker_sends_no_more_than_it_may_lose(
+    engine: Engine, db_url: str, receiver: Receiver
+) -> None:
+    """What a crash loses is what was sent and not yet recorded. With its records held
+    up (the key ledger locked), a worker with 4 sends in flight and claims of 4 sends
+    8 effects and then waits for its records; it kept claiming and sending before,
+    every outcome held in memory only, all 40 here. Once the lock goes, every
+    effect is recorded, each sent once."""
+    with engine.begin() as conn:
+        add_webhook(conn, name="hook", url=receiver.url())
+    procs.enqueue_many(engine, 40, "hook")
+    env = procs.worker_env(db_url, OUTBOX_CONCURRENCY="4", OUTBOX_CLAIM_BATCH_SIZE="4")
+    worker = None
+    try:
+        with engine.connect() as blocker, blocker.begin():
+            blocker.execute(sa.text("LOCK TABLE key_ledger IN SHARE MODE"))  # records wait
+            worker = procs.start(env)
+            procs.wait_for(lambda: len(receiver.seen()) >= 8, 30, "the first sends")
+            time.sleep(2.0)  # a worker that went on would have sent them all by now
+            assert len(receiver.seen()) == 8
+        procs.wait_for(lambda: _count(engine, "state = 'delivered'") == 40, 30, "the records")
+    finally:
+        if worker is not None:
+            assert procs.stop(worker) == 0
+    keys = receiver.keys()
+    assert len(keys) == len(set(keys)) == 40
