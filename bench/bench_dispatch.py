@@ -2,7 +2,7 @@
 
     flock /tmp/outbox-bench.lock .venv/bin/python -m bench dispatch
     ... -- [--effects 30000] [--rounds 3] [--latency-s 30] [--latency-rounds 3] [--rate 1000]
-           [--only NAME ...]
+           [--kills 10] [--only NAME ...]
     ... -- --valves   (the claim with the held-batch exclusion vs main's view: bench/valves.py)
     ... -- --latency-s 0 --only settings --settings "--claim-batch-size 200" --settings ""
                       (the dispatcher, 1 process, with each set of options: how defaults are chosen)
@@ -38,7 +38,10 @@ A queue contender's time runs from the commit of its N jobs to the moment none
 is left unfinished in the database. Then p50/p99 commit-to-arrival latency at a
 steady rate (one ``enqueue`` + COMMIT each; the producer notes the time after
 COMMIT, the receiver notes each arrival: same host clock), with 1 process and the
-default, in interleaved rounds; the medians of each round's p50 and p99.
+default, in interleaved rounds; the medians of each round's p50 and p99. Then the
+crash window (bench/crash.py): ``--kills`` times ``kill -9`` of ``outbox dispatcher
+run`` at its defaults mid-drain of N webhooks (re-sends per kill), then of N/10
+e-mails to an endpoint that cannot deduplicate (uncertain effects per kill).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import contenders, cpu, valves
+from bench import contenders, cpu, crash, valves
 from bench.database import bench_database, load
 from bench.receiver import serve
 
@@ -280,6 +283,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-s", type=float, default=30.0, help="0: skip")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--latency-rounds", type=int, default=3)
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=10,
+        help="the crash window (bench/crash.py): re-sends and uncertain e-mails per kill -9 of"
+        " the dispatcher at its defaults over this many kills; 0: skip",
+    )
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
     parser.add_argument(
         "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
@@ -321,6 +331,9 @@ def main(argv: list[str]) -> int:
                     _valve_ratio(runs)
             if args.latency_s > 0 and not args.valves:
                 latency(ctx, args.rate, args.latency_s, args.latency_rounds)
+            if args.kills > 0 and not args.valves:
+                print(flush=True)
+                crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
     print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")

@@ -89,7 +89,7 @@ def _drain(endpoint: str, insert: Callable[[sa.Engine, int, str], None]) -> Runn
     def run(ctx: contenders.Ctx, n: int) -> float:
         with ctx.engine.begin() as conn:
             conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
-        proc = contenders._dispatchers(ctx, 1, "--concurrency", "64")
+        proc = contenders.start_dispatchers(ctx, 1, "--concurrency", "64")
         try:
             insert(ctx.engine, n, endpoint)
             t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def _drain(endpoint: str, insert: Callable[[sa.Engine, int, str], None]) -> Runn
             contenders._wait(lambda: contenders._scalar(ctx.engine, unfinished) == 0, 900, "drain")
             elapsed = time.perf_counter() - t0
         finally:
-            contenders._stop([proc])
+            contenders.stop_all([proc])
         delivered = "SELECT count(*) FROM effects WHERE state = 'delivered'"
         if (got := contenders._scalar(ctx.engine, delivered)) != n:
             raise RuntimeError(f"{got} of {n} delivered to {endpoint}")
@@ -135,7 +135,7 @@ def _latency(ctx: contenders.Ctx, endpoint: str, n: int, rate: float, mail: bool
     """Commit -> recorded, in ms (sorted), for ``n`` effects committed at ``rate``/s."""
     with ctx.engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE delivery_attempts, effects, key_ledger"))
-    proc = contenders._dispatchers(ctx, 1)
+    proc = contenders.start_dispatchers(ctx, 1)
     one = (
         "INSERT INTO effects (idempotency_key, endpoint, recipient, payload, payload_sha256)"
         " VALUES (lpad(to_hex(:g), 64, '0'), :endpoint, 'c@example.com',"
@@ -152,7 +152,7 @@ def _latency(ctx: contenders.Ctx, endpoint: str, n: int, rate: float, mail: bool
         unfinished = "SELECT count(*) FROM effects WHERE state IN ('pending', 'leased')"
         contenders._wait(lambda: contenders._scalar(ctx.engine, unfinished) == 0, 120, "drain")
     finally:
-        contenders._stop([proc])
+        contenders.stop_all([proc])
     with ctx.engine.connect() as conn:
         rows = conn.execute(
             sa.text(

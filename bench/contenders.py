@@ -192,10 +192,16 @@ _FLOOR_QUEUE = (
 
 
 def start_dispatchers(
-    ctx: Ctx, processes: int, *args: str, env_extra: dict[str, str] | None = None, code: str = ""
+    ctx: Ctx,
+    processes: int,
+    *args: str,
+    env_extra: dict[str, str] | None = None,
+    code: Path | str = ROOT,
 ) -> subprocess.Popen[bytes]:
-    """``code``: another checkout's dispatcher (run from its folder: ``-m`` puts the
-    working directory first on the path)."""
+    """``outbox dispatcher run --processes N *args``, once its workers beat; ``code``: the
+    checkout it runs from (another one for an A/B of two commits: same venv, database
+    and receiver; its folder first on the path)."""
+    code = Path(code or ROOT)
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "OTEL_", "PYTHONPATH"))
     }
@@ -218,8 +224,8 @@ def start_dispatchers(
             str(processes),
             *args,
         ],
-        cwd=code or ROOT,
-        env=env | ({"PYTHONPATH": code} if code else {}),
+        cwd=code,  # python -m imports spark_outbox from there first
+        env=env | ({"PYTHONPATH": str(code)} if code != ROOT else {}),
     )
     want = processes or cores()
     live = "SELECT count(*) FROM worker_heartbeats WHERE stopped_at IS NULL"
@@ -241,7 +247,7 @@ def dispatcher(
     ordering_keys: int = 0,
     options: str = "",
     *,
-    code: str = "",
+    code: Path | str = ROOT,
     traced: bool = False,
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:

@@ -42,6 +42,13 @@ def register(sub: Any) -> None:
         help="effects per claim (default: $OUTBOX_CLAIM_BATCH_SIZE, else 500)",
     )
     run.add_argument(
+        "--nondedup-concurrency",
+        type=int,
+        help="sends in flight at once per endpoint that cannot deduplicate, the most a "
+        "crash of this worker can leave uncertain (default: $OUTBOX_NONDEDUP_CONCURRENCY, "
+        "else 4)",
+    )
+    run.add_argument(
         "--worker-id",
         help="name in heartbeats and the attempt log (default: $OUTBOX_WORKER_ID, else "
         "host-pid-random)",
@@ -97,7 +104,7 @@ def run_dispatcher(args: argparse.Namespace, settings: Settings) -> int:
 def _child_flags(args: argparse.Namespace, i: int) -> list[str]:
     """The flags of child ``i``: the same as ours, ports shifted (ids go by environment)."""
     flags: list[str] = []
-    for name in ("concurrency", "claim_batch_size"):
+    for name in ("concurrency", "claim_batch_size", "nondedup_concurrency"):
         value = getattr(args, name)
         if value is not None:
             flags += [f"--{name.replace('_', '-')}", str(value)]
@@ -113,6 +120,8 @@ def _with_flags(args: argparse.Namespace, settings: Settings) -> Settings:
         overrides["concurrency"] = max(1, args.concurrency)
     if args.claim_batch_size is not None:
         overrides["claim_batch_size"] = max(1, args.claim_batch_size)
+    if args.nondedup_concurrency is not None:
+        overrides["nondedup_concurrency"] = max(1, args.nondedup_concurrency)
     if args.worker_id:
         overrides["worker_id"] = args.worker_id
     if args.metrics_host:

@@ -149,6 +149,13 @@ BREAKER_MIN_S = 0.001
 BREAKER_MAX_S = 86400.0
 
 
+def _check_lanes(s: Settings) -> None:
+    if s.nondedup_concurrency < 1:
+        raise ConfigurationError(
+            f"OUTBOX_NONDEDUP_CONCURRENCY={s.nondedup_concurrency} must be at least 1, e.g. 4"
+        )
+
+
 def _check_breaker(s: Settings) -> None:
     """Refused at start, not when the first endpoint fails."""
     if not 1 <= s.breaker_failures <= BREAKER_MAX_FAILURES:
@@ -216,6 +223,10 @@ class Settings:
     # planning, the commit).
     concurrency: int = 128
     claim_batch_size: int = 500
+    # Of those, at most this many at once per endpoint that cannot deduplicate: a
+    # crash leaves at most this many of its effects 'uncertain' per worker
+    # (dispatch/lanes.py; docs/dispatcher.md, "Uncertain sends").
+    nondedup_concurrency: int = 4
     # After a short claim the claim, and every record, runs as a statement prepared
     # once per connection (store.Statements, dispatcher/dispatch/prepared.py); off behind
     # a PgBouncer in transaction pooling mode.
@@ -282,6 +293,9 @@ class Settings:
             worker_id=env.get("OUTBOX_WORKER_ID", ""),
             concurrency=_env_int(env, "OUTBOX_CONCURRENCY", defaults.concurrency),
             claim_batch_size=_env_int(env, "OUTBOX_CLAIM_BATCH_SIZE", defaults.claim_batch_size),
+            nondedup_concurrency=_env_int(
+                env, "OUTBOX_NONDEDUP_CONCURRENCY", defaults.nondedup_concurrency
+            ),
             prepared_statements=_env_flag(env, "OUTBOX_PREPARED_STATEMENTS", default=True),
             listen_database_url=env.get("OUTBOX_LISTEN_DATABASE_URL", ""),
             startup_options=_env_flag(env, "OUTBOX_STARTUP_OPTIONS", default=True),
@@ -336,6 +350,7 @@ class Settings:
         _check_retention(settings)
         _check_breaker(settings)
         _check_trace_url_template(settings.trace_url_template)
+        _check_lanes(settings)
         return settings
 
     @property

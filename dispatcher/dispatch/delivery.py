@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import time
 
@@ -28,7 +29,7 @@ from spark_outbox.core import endpoints, outside
 from spark_outbox.core.endpoints import Endpoint
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import retry, store
-from spark_outbox.dispatch.channels import Channel, Sent, expired, past_send_by
+from spark_outbox.dispatch.channels import NOT_STARTED, Channel, Sent, expired, past_send_by
 from spark_outbox.dispatch.channels.smtp import EmailChannel
 from spark_outbox.dispatch.channels.webhook import WebhookChannel
 from spark_outbox.dispatch.dbcalls import DbCalls
@@ -91,6 +92,12 @@ class Delivery:
             return self._endpoints.get(name)
         return known
 
+    async def deduplicates(self, name: str) -> bool:
+        """Whether the endpoint's receiver deduplicates (an unknown one counts as
+        deduplicating: its effects end dead, nothing is sent)."""
+        endpoint = await self._endpoint(name)
+        return endpoint is None or endpoint.deduplicates
+
     async def _load(self) -> None:
         found = await self._db.call(_load_endpoints)
         if found is not None:
@@ -124,10 +131,6 @@ class Delivery:
                 # Waited too long for its turn: sending now could outlive the lease
                 # and race a worker that re-claimed it. Hand it back instead.
                 return store.Release(effect.id, effect.lease_token)
-            if not endpoint.deduplicates and not await self._starts.start(effect):
-                # Its start could not be recorded (lease lost, database away): an
-                # unrecorded start must not be sent (docs/dispatcher.md, "Uncertain sends").
-                return store.Release(effect.id, effect.lease_token)
         span = None
         if self._traces is not None:
             span = self._traces.send_started(effect, endpoint.kind if endpoint else "unknown")
@@ -141,6 +144,10 @@ class Delivery:
                 0.001, min(endpoint.timeout_s, effect.lease_deadline - time.monotonic())
             )
             sent = await self._send(endpoint, effect, timeout_s)
+            if sent.outcome == NOT_STARTED:
+                # Its start could not be recorded (lease lost, database away): an
+                # unrecorded start is not sent (docs/dispatcher.md, "Uncertain sends").
+                return store.Release(effect.id, effect.lease_token)
             if sent.outcome == "gone":
                 self._gone.add(endpoint.name)
         duration_s = time.perf_counter() - t0
@@ -162,8 +169,11 @@ class Delivery:
 
     async def _send(self, endpoint: Endpoint, effect: store.Claimed, timeout_s: float) -> Sent:
         """The channel's answer; a channel bug becomes a recorded attempt, not a lost effect."""
+        # To an endpoint that cannot deduplicate, the channel records the send's start
+        # right before the message goes out (``starts``).
+        start = None if endpoint.deduplicates else functools.partial(self._starts.start, effect)
         try:
-            return await self._channels[endpoint.kind].send(endpoint, effect, timeout_s)
+            return await self._channels[endpoint.kind].send(endpoint, effect, timeout_s, start)
         except Exception as exc:  # an attempt always ends recorded
             log.error(
                 "channel failed",

@@ -41,6 +41,7 @@ from spark_outbox.core.wakeup import Listener
 from spark_outbox.dispatch import periodic, progress, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
+from spark_outbox.dispatch.lanes import Lanes
 from spark_outbox.dispatch.metrics import Metrics
 from spark_outbox.dispatch.recorder import Recorder
 from spark_outbox.dispatch.traces import Traces
@@ -82,9 +83,12 @@ class Worker:
         # Claimed effects wait here for one of ``concurrency`` senders (long-lived
         # tasks: a task per effect and a semaphore cost ~10 % of the process's CPU).
         self._waiting: asyncio.Queue[store.Claimed] = asyncio.Queue()
+        # Sends at once per endpoint that cannot deduplicate (``lanes``).
+        self._lanes: Lanes[store.Claimed] = Lanes(settings.nondedup_concurrency)
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
+        self._more_due = False  # the last claim took all it asked for
         self._statements = store.Statements.from_settings(settings)
         # Tracing (OTEL_* variables): None when off, and then nothing below is traced.
         tracer = tracing.tracer()
@@ -178,13 +182,12 @@ class Worker:
 
     async def _loop(self) -> None:
         s = self.settings
-        # Hold up to one batch more than the sends in flight: the next effects are
-        # claimed while the current ones are being sent (the claim takes a while).
-        capacity = s.concurrency + s.claim_batch_size
         while not self._stopping.is_set():
             self._wake.clear()
-            room = min(s.claim_batch_size, capacity - self._held)
-            if room > 0:
+            room = self._room()
+            if room <= 0:
+                self._more_due = True  # held back: claim as soon as records free room
+            else:
                 claim = await self._db.call(
                     self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
@@ -192,7 +195,8 @@ class Worker:
                     self._unrecorded += 1
                     self._held += 1
                     self._waiting.put_nowait(effect)
-                if claim is not None and claim.full:
+                self._more_due = claim is not None and claim.full
+                if self._more_due:
                     continue  # more may be due right now
             if self.until_idle and await self._idle():
                 log.info("nothing due: idle", extra={"event": "worker.idle"})
@@ -209,39 +213,59 @@ class Worker:
         return due is False
 
     async def _sender(self, delivery: Delivery) -> None:
-        """One of ``concurrency``: sends claimed effects one after another, for ever."""
+        """One of ``concurrency``: sends claimed effects one after another, for ever.
+        An effect of an endpoint that cannot deduplicate is sent in one of its lanes
+        (``lanes``): when all are taken it waits in its endpoint's line, and this
+        sender goes on with the next effect."""
         while True:
-            effect = await self._waiting.get()
-            try:
-                outcome = await delivery.attempt(effect)
-            except Exception as exc:  # never leave a claimed effect unaccounted
-                log.error(
-                    "attempt failed before sending; lease handed back",
-                    extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
-                    | outside.failure(exc),
-                )
-                outcome = store.Release(
-                    effect.id, effect.lease_token, self.settings.poll_interval_s
-                )
-            self._recorder.queue.put_nowait(outcome)
-            self._sent()
+            effect: store.Claimed | None = await self._waiting.get()
+            assert effect is not None
+            laned = not await delivery.deduplicates(effect.endpoint)
+            if laned and not self._lanes.enter(effect):
+                continue
+            while effect is not None:
+                await self._attempt(delivery, effect)
+                effect = self._lanes.leave(effect.endpoint) if laned else None
+
+    async def _attempt(self, delivery: Delivery, effect: store.Claimed) -> None:
+        try:
+            outcome = await delivery.attempt(effect)
+        except Exception as exc:  # never leave a claimed effect unaccounted
+            log.error(
+                "attempt failed before sending; lease handed back",
+                extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
+                | outside.failure(exc),
+            )
+            outcome = store.Release(effect.id, effect.lease_token, self.settings.poll_interval_s)
+        self._recorder.queue.put_nowait(outcome)
+        self._sent()
+
+    def _room(self) -> int:
+        """How many effects the next claim may take. A worker holds at most one batch
+        more than its sends in flight (the next effects are claimed while the current
+        ones are sent), counted until their outcomes are recorded, not just sent: what
+        a crash can lose (sent, not yet recorded: sent again, or uncertain) stays
+        within ``concurrency + claim_batch_size`` however fast the sends and however
+        slow the records (a stalled record once let a worker go on claiming and
+        sending, every outcome held in memory only)."""
+        s = self.settings
+        return min(s.claim_batch_size, s.concurrency + s.claim_batch_size - self._unrecorded)
 
     def _settled(self, count: int) -> None:
         self._unrecorded -= count
         if self.until_idle and not self._unrecorded:
-            # Only the idle check waits for records; a claim waits for send slots
-            # (_send_done) or new work (NOTIFY): a wake per record batch was a claim
-            # per record batch, most of them empty at a low rate.
+            self._wake.set()  # the idle check waits for the last records
+        elif self._more_due and self._room() >= max(1, self.settings.claim_batch_size // 2):
+            # The last claim was full (a backlog) and there is room for half a batch:
+            # claim again (claims are then about half a batch: each pays its planning
+            # and commit). Without a backlog, new work wakes the loop (NOTIFY, the poll):
+            # a wake per record was an empty claim per record at a low rate.
             self._wake.set()
 
     def _sent(self) -> None:
         self._held -= 1
         if not self._held:
             self._none_held.set()
-        s = self.settings
-        room = s.concurrency + s.claim_batch_size - self._held
-        if room >= max(1, s.claim_batch_size // 2):
-            self._wake.set()
 
     async def _heartbeat(self) -> None:
         await self._db.call(

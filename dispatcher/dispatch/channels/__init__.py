@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(slots=True)  # one per delivery: see store.Claimed
 class Sent:
     """What one attempt produced: ``outcome`` is delivered, retry, dead, gone or
-    expired (its send-by time came before the first byte: nothing was sent)."""
+    expired (its send-by time came before the first byte: nothing was sent), or
+    ``NOT_STARTED``: nothing of the message went out, its start was refused."""
 
     outcome: str
     status_code: int | None = None
@@ -53,9 +55,20 @@ def expired(where: str) -> Sent:
     )
 
 
+# Asked by a channel right before the first byte of the message itself goes out (the
+# HTTP request; SMTP's DATA content, after the connection, MAIL and RCPT): the
+# send to an endpoint that cannot deduplicate records that it started (``starts``).
+# False: the start could not be recorded, so the message must not go out; the
+# channel then returns ``NOT_STARTED``.
+Start = Callable[[], Awaitable[bool]]
+NOT_STARTED = "not_started"
+
+
 class Channel(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent: ...
+    async def send(
+        self, endpoint: Endpoint, effect: Claimed, timeout_s: float, start: Start | None = None
+    ) -> Sent: ...

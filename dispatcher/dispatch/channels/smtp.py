@@ -37,7 +37,7 @@ from spark_outbox.core.endpoints import Endpoint
 from spark_outbox.core.errors import InvalidEffect
 from spark_outbox.core.settings import Settings
 from spark_outbox.core.validation import check_email_effect
-from spark_outbox.dispatch.channels import Sent, expired, past_send_by
+from spark_outbox.dispatch.channels import NOT_STARTED, Sent, Start, expired, past_send_by
 from spark_outbox.dispatch.store import Claimed
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,13 @@ class EmailChannel:
     async def close(self) -> None:
         return None
 
-    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
+    async def send(
+        self, endpoint: Endpoint, effect: Claimed, timeout_s: float, start: Start | None = None
+    ) -> Sent:
+        """One message on a connection of its own; never raises for a delivery
+        problem. ``start``: asked once DATA was accepted, right before the message's
+        content goes out (connecting, TLS, AUTH, MAIL and RCPT hand nothing over:
+        a send cut off there is not uncertain)."""
         rendered = render(endpoint, effect)
         if isinstance(rendered, Sent):
             return rendered
@@ -162,10 +168,12 @@ class EmailChannel:
         try:
             async with asyncio.timeout(timeout_s):
                 client = await self._converse(
-                    endpoint, effect, (recipient, data), timeout_s, handed
+                    endpoint, effect, (recipient, data), timeout_s, handed, start
                 )
         except _Expired:
             return expired("before the message's first byte (after the server said 354)")
+        except _NotStarted:
+            return Sent(NOT_STARTED)
         except Exception as exc:  # the server's doing, never the worker's end
             return dataclasses.replace(_classify(exc, timeout_s), handed_over=handed.done)
         with contextlib.suppress(Exception):  # accepted: a failed QUIT changes nothing
@@ -180,6 +188,7 @@ class EmailChannel:
         message: tuple[str, bytes],
         timeout_s: float,
         handed: _HandedOver,
+        start: Start | None,
     ) -> aiosmtplib.SMTP:
         """MAIL, RCPT, DATA driven step by step, so that ``handed`` says whether the
         whole message (up to the DATA terminator) was written and no answer came
@@ -209,6 +218,10 @@ class EmailChannel:
             ready = await client.execute_command(b"DATA")
             if ready.code != 354:
                 raise aiosmtplib.SMTPDataError(ready.code, ready.message)
+            if past_send_by(effect):  # before a start is recorded for nothing
+                raise _Expired
+            if start is not None and not await start():
+                raise _NotStarted  # closed below: the server drops the transaction
             if client.protocol is None:
                 raise aiosmtplib.SMTPServerDisconnected("Connection lost")
             if past_send_by(effect):  # the message's first byte is next
@@ -232,6 +245,10 @@ class _HandedOver:
 
 class _Expired(Exception):
     """The send-by time came during the envelope: the message is not written."""
+
+
+class _NotStarted(Exception):
+    """The send's start could not be recorded: the message content never goes out."""
 
 
 def _data_section(message: bytes) -> bytes:

@@ -24,7 +24,7 @@ from spark_outbox.core import outside
 from spark_outbox.core.endpoints import Endpoint, secret_bytes
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import signing
-from spark_outbox.dispatch.channels import Sent, expired
+from spark_outbox.dispatch.channels import NOT_STARTED, Sent, Start, expired, past_send_by
 from spark_outbox.dispatch.channels.http1 import Answer, Client, Failure
 from spark_outbox.dispatch.retry import parse_retry_after
 from spark_outbox.dispatch.store import Claimed
@@ -157,9 +157,20 @@ class WebhookChannel:
             key = self._secrets[text] = secret_bytes(text)
         return key
 
-    async def send(self, endpoint: Endpoint, effect: Claimed, timeout_s: float) -> Sent:
-        """POST the payload, signed; never raises for a delivery problem."""
+    async def send(
+        self, endpoint: Endpoint, effect: Claimed, timeout_s: float, start: Start | None = None
+    ) -> Sent:
+        """POST the payload, signed; never raises for a delivery problem. ``start``:
+        asked right before the request is written (the time it takes comes off the
+        send's deadline)."""
         assert self._client is not None, "start() the channel first"
+        if start is not None:
+            if past_send_by(effect):  # before a start is recorded for nothing
+                return expired("before the request was started")
+            t0 = time.monotonic()
+            if not await start():
+                return Sent(NOT_STARTED)
+            timeout_s = max(0.001, timeout_s - (time.monotonic() - t0))
         body = effect.payload.encode("utf-8")
         secrets = [self._secret(text) for text in endpoint.active_secrets()]
         headers = signing.headers(secrets, effect.idempotency_key, int(time.time()), body)
