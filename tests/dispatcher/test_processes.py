@@ -63,8 +63,9 @@ def test_four_workers_deliver_every_key_exactly_once(
     assert procs.states(engine) == {"delivered": 5000}
     attempts = _attempts(engine)
     assert len(attempts) == 5000 and {a["outcome"] for a in attempts} == {"delivered"}
-    # The work was shared: every worker delivered some.
-    assert {a["worker_id"] for a in attempts} == {"w0", "w1", "w2", "w3"}
+    # The work was shared (on a loaded machine the last workers may start after the
+    # first ones took every claim, so not necessarily by all four).
+    assert len({a["worker_id"] for a in attempts}) >= 2
     assert_invariants(engine)
 
 
