@@ -97,6 +97,13 @@ def _build(commit: str, root: Path, deps: str) -> None:
     source, wheels, venv = root / "source", root / "wheel", root / "venv"
     source.mkdir(parents=True)
     archive = _run(["git", "-C", str(ROOT), "archive", "--format=tar", commit], text=False)
+    if archive.returncode != 0:  # a shallow clone (CI's may be): fetch the history once
+        shallow = _run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"])
+        if shallow.stdout.strip() == "true":
+            _run(["git", "-C", str(ROOT), "fetch", "--quiet", "--unshallow"])
+        else:
+            _run(["git", "-C", str(ROOT), "fetch", "--quiet", "origin", commit])
+        archive = _run(["git", "-C", str(ROOT), "archive", "--format=tar", commit], text=False)
     if archive.returncode != 0:
         raise AssertionError(
             f"the previous release's commit {commit} (migrations/previous_release.toml) is "
