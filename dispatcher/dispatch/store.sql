@@ -76,7 +76,7 @@ WITH RECURSIVE present(endpoint) AS (
         -- an earlier unfinished effect of its key and, if claimable, locked by its
         -- id. A claim's cost stays bounded however deep a key is before the parking
         -- pass parks its waiting effects (which looks at the same front): 100,000
-        -- waiting effects of one key took ~150 ms a claim, each walked and probed.
+        -- waiting effects of one key took 634-771 ms a claim, each walked and probed.
         SELECT o.id, o.idempotency_key, o.state
         FROM (SELECT c.id, c.idempotency_key, c.state
               FROM (SELECT f.id FROM effects f
