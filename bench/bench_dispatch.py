@@ -159,18 +159,20 @@ def report(runs: Runs, n: int, rounds: int) -> None:
     best_pgq = max(pgq) if pgq else None
     bare = [m for name, m in med.items() if kinds[name] == "bare"]
     ceiling = max(bare) if bare else None  # the fastest bare client of this run
-    print(f"\n{n:,} POSTs of a ~230-byte JSON body, median of {rounds} interleaved round(s)")
+    print(f"\n{n:,} POSTs of a ~230-byte JSON body, median of {rounds} interleaved round(s);")
+    print("PostgreSQL's CPU microseconds per delivery beside the rate (median over rounds)")
     print(
-        f"| {'contender':45} | {'median/s':>9} | {'range/s':>15} | "
+        f"| {'contender':45} | {'median/s':>9} | {'range/s':>15} | {'PG us':>5} | "
         f"{'vs pgqueuer best':>16} | {'vs best bare':>14} |"
     )
-    print(f"|{'-' * 47}|{'-' * 11}:|{'-' * 17}:|{'-' * 18}:|{'-' * 16}:|")
+    print(f"|{'-' * 47}|{'-' * 11}:|{'-' * 17}:|{'-' * 7}:|{'-' * 18}:|{'-' * 16}:|")
     for name, values in rates.items():
         m = med[name]
         spread = f"{min(values):,.0f}-{max(values):,.0f}"
         vs_pgq = f"{m / best_pgq:.2f}x" if best_pgq else "-"
         vs_bare = f"{m / ceiling:.2f}x" if ceiling else "-"
-        print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {vs_pgq:>16} | {vs_bare:>14} |")
+        pg = _pg_us(runs[name], n)
+        print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {pg:>5} | {vs_pgq:>16} | {vs_bare:>14} |")
     _paired(runs, kinds)
     _settings_paired(runs)
     print("\nCPU microseconds per delivery (median over rounds): contender processes, PostgreSQL,")
@@ -189,6 +191,15 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         known = all(s.postgres is not None for _, s in v)
         pg, total = (f"{us[1]:.0f}", f"{sum(us):.0f}") if known else ("-", "-")
         print(f"| {name:45} | {us[0]:9.0f} | {pg:>8} | {us[2]:8.0f} | {total:>6} |")
+
+
+def _pg_us(values: list[tuple[float, cpu.Sample]], n: int) -> str:
+    """PostgreSQL's CPU µs per delivery, the median over rounds ('-' when the database
+    is outside: DATABASE_URL set)."""
+    pg = [s.postgres for _, s in values]
+    if any(p is None for p in pg):
+        return "-"
+    return f"{statistics.median(p for p in pg if p is not None) / n * 1e6:.0f}"
 
 
 def _paired(runs: Runs, kinds: dict[str, str]) -> None:
@@ -231,19 +242,25 @@ def _valve_ratio(runs: Runs) -> None:
     print(f"median ratio: {statistics.median(ratios):.2f}")
 
 
-def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> None:
+def latency(
+    ctx: contenders.Ctx, rate: float, seconds: float, rounds: int, backlog: int = 0
+) -> None:
     """p50/p99 commit-to-arrival, with one worker process and with the default, in
-    interleaved rounds (the machine is noisy: one run can be off by 2x); medians."""
+    interleaved rounds (the machine is noisy: one run can be off by 2x); medians.
+    ``backlog``: with that many older effects of another endpoint due meanwhile."""
     results: dict[str, list[tuple[float, float]]] = {}
+    under = f" beside {backlog:,} older effects due elsewhere" if backlog else ""
     for r in range(rounds):
         for processes in (1, 0) if r % 2 == 0 else (0, 1):
-            lat_ms, achieved, failed = contenders.latency(ctx, rate, seconds, processes)
+            lat_ms, achieved, failed = contenders.latency(
+                ctx, rate, seconds, processes, backlog=backlog
+            )
             p50 = statistics.median(lat_ms)
             p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
             label = "1" if processes == 1 else f"default ({contenders.cores()})"
             results.setdefault(label, []).append((p50, p99))
             print(
-                f"round {r + 1}: commit-to-arrival, dispatcher --processes {label}: asked "
+                f"round {r + 1}: commit-to-arrival{under}, dispatcher --processes {label}: asked "
                 f"{rate:,.0f}/s, got {achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, "
                 f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms; attempts not delivered: {failed}",
                 flush=True,
@@ -251,8 +268,8 @@ def latency(ctx: contenders.Ctx, rate: float, seconds: float, rounds: int) -> No
     for label, runs in results.items():
         p50s, p99s = [p for p, _ in runs], [p for _, p in runs]
         print(
-            f"\ncommit-to-arrival at {rate:,.0f}/s, dispatcher --processes {label}, median of "
-            f"{len(runs)} round(s): p50 {statistics.median(p50s):.1f} ms "
+            f"\ncommit-to-arrival at {rate:,.0f}/s{under}, dispatcher --processes {label}, "
+            f"median of {len(runs)} round(s): p50 {statistics.median(p50s):.1f} ms "
             f"({', '.join(f'{p:.1f}' for p in p50s)}), p99 {statistics.median(p99s):.1f} ms "
             f"({', '.join(f'{p:.1f}' for p in p99s)})"
         )
@@ -283,6 +300,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-s", type=float, default=30.0, help="0: skip")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--latency-rounds", type=int, default=3)
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=1_000_000,
+        help="latency again, with this many older effects of another endpoint due; 0: skip",
+    )
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="finished effects loaded before the backlog's latency rounds (e.g. 10000000)",
+    )
     parser.add_argument(
         "--kills",
         type=int,
@@ -331,6 +360,15 @@ def main(argv: list[str]) -> int:
                     _valve_ratio(runs)
             if args.latency_s > 0 and not args.valves:
                 latency(ctx, args.rate, args.latency_s, args.latency_rounds)
+                if args.backlog > 0:
+                    if args.history > 0:
+                        contenders._reset(ctx.engine)
+                        t0 = time.perf_counter()
+                        contenders.load_history(ctx.engine, args.history)
+                        took = time.perf_counter() - t0
+                        print(f"\nloaded a history of {args.history:,} delivered effects in "
+                              f"{took:.0f} s", flush=True)  # fmt: skip
+                    latency(ctx, args.rate, args.latency_s, args.latency_rounds, args.backlog)
             if args.kills > 0 and not args.valves:
                 print(flush=True)
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)

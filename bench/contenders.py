@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 
 from bench import floor_worker, otlp_sink
 from bench.database import dsn, insert_effects
-from bench.payload import body, document
+from bench.payload import PAD, body, document
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -294,7 +294,12 @@ def _drain(
 
 
 def latency(
-    ctx: Ctx, rate: float, seconds: float, processes: int = 0, producers: int = 4
+    ctx: Ctx,
+    rate: float,
+    seconds: float,
+    processes: int = 0,
+    producers: int = 4,
+    backlog: int = 0,
 ) -> tuple[list[float], float, str]:
     """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved;
     the attempts that did not deliver, by outcome and error (a long tail's cause).
@@ -303,8 +308,16 @@ def latency(
     round trip, as a producer's ``enqueue`` does) on one shared schedule of
     ``rate``/s (``producers`` threads, each its own connection, so one slow fsync
     does not hold the schedule back) and note ``time.time()`` right after COMMIT.
+
+    ``backlog``: that many older effects of another endpoint (``bench``) are due
+    when the round starts (topped up before each round; whatever else the table
+    holds, a history, stays), and the dispatcher drains them meanwhile: a fresh
+    effect must not wait behind a backlog that is not its own endpoint's.
     """
-    _reset(ctx.engine)
+    if backlog:
+        _reset_latency(ctx.engine, backlog)
+    else:
+        _reset(ctx.engine)
     committed: dict[str, float] = {}
     proc = start_dispatchers(ctx, processes)
     start = time.perf_counter() + 0.1
@@ -321,7 +334,8 @@ def latency(
         for t in threads:
             t.join()
         achieved = len(committed) / (time.perf_counter() - start)
-        _wait(lambda: _drained(ctx.engine, _UNFINISHED), 120, "the last deliveries")
+        unfinished = "FROM effects WHERE endpoint = 'lat' AND state IN ('pending', 'leased')"
+        _wait(lambda: _drained(ctx.engine, unfinished), 120, "the last deliveries")
     finally:
         stop_all([proc])
     failed = _failed_attempts(ctx.engine)
@@ -331,6 +345,68 @@ def latency(
     for key, at in arrivals:
         first.setdefault(key, at)
     return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved, failed
+
+
+def _reset_latency(engine: Engine, backlog: int) -> None:
+    """The last round's ``lat`` effects gone (with their key ledger rows: a key in the
+    ledger is never sent again, so the next round's would never arrive), the other
+    endpoint's due backlog topped up to ``backlog`` effects older than any fresh one;
+    the rest of the table stays."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "DELETE FROM key_ledger WHERE idempotency_key IN"
+                " (SELECT idempotency_key FROM effects WHERE endpoint = 'lat')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "DELETE FROM delivery_attempts WHERE effect_id IN"
+                " (SELECT id FROM effects WHERE endpoint = 'lat')"
+            )
+        )
+        conn.execute(sa.text("DELETE FROM effects WHERE endpoint = 'lat'"))
+        missing = backlog - int(conn.execute(sa.text(_BACKLOG_DUE)).scalar_one())
+        if missing > 0:
+            conn.execute(sa.text(_BACKLOG), {"n": missing, "pad": PAD})
+
+
+_BACKLOG_DUE = "SELECT count(*) FROM effects WHERE endpoint = 'bench' AND state = 'pending'"
+_BACKLOG = (
+    "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, next_attempt_at)"
+    " SELECT 'b' || lpad(to_hex(g + (SELECT coalesce(max(id), 0) FROM effects)), 63, '0'),"
+    " 'bench', jsonb_build_object('type', 'invoice.created', 'n', g, 'currency', 'EUR',"
+    " 'pad', :pad), 'x', now() - interval '1 hour' FROM generate_series(1, :n) g"
+)
+
+
+def load_history(engine: Engine, n: int, chunk: int = 500_000) -> None:
+    """``n`` finished effects (delivered, each with its key ledger row, as a record
+    leaves them), in chunks of ``chunk`` each its own transaction, then VACUUM
+    ANALYZE: the history a long-running outbox keeps beside its queue."""
+    for lo in range(0, n, chunk):
+        with engine.begin() as conn:
+            conn.execute(sa.text(_HISTORY), {"lo": lo + 1, "hi": min(n, lo + chunk)})
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            sa.text("VACUUM (ANALYZE) effects, key_ledger")
+        )
+
+
+_HISTORY = """
+WITH made AS (
+    INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, state,
+                         attempt_count, created_at, updated_at, delivered_at, next_attempt_at)
+    SELECT 'h' || lpad(to_hex(g), 63, '0'), 'bench',
+           jsonb_build_object('type', 'invoice.created', 'n', g), 'x', 'delivered', 1,
+           now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
+           now() - interval '1 day'
+    FROM generate_series(:lo, :hi) g
+    RETURNING idempotency_key, endpoint, delivered_at
+)
+INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
+SELECT idempotency_key, endpoint, 'x', delivered_at FROM made
+"""
 
 
 def _failed_attempts(engine: Engine) -> str:

@@ -202,7 +202,8 @@ def claim(
         if prepared:
             rows = _prepared.execute(conn, _claim_statement(limit), params).all()
         else:
-            rows = conn.execute(_Q["claim"], params | {"limit": limit}).all()
+            sizes = {"limit": limit, "window": CLAIM_WINDOW}
+            rows = conn.execute(_Q["claim"], params | sizes).all()
     # Positional, in the order of the claim's RETURNING list (cheaper than mappings).
     return [
         Claimed(
@@ -221,13 +222,18 @@ def claim(
     ]
 
 
+# How many due rows of an ordered endpoint one claim looks at, at most (its front,
+# as the parking pass sees it): a claim's cost stays bounded however deep a key is.
+CLAIM_WINDOW = 1000
+
+
 @functools.cache
 def _claim_statement(limit: int) -> _prepared.Statement:
     """The claim of store.sql with its ``limit`` written in: a generic plan of a
     parameter LIMIT guesses 10 % of the table (``spark_outbox.dispatch.prepared``)."""
     if limit < 1:
         raise ValueError(f"claim limit {limit}: at least 1")
-    sql = _prepared.literal(_Q["claim"], limit=int(limit))
+    sql = _prepared.literal(_Q["claim"], limit=int(limit), window=CLAIM_WINDOW)
     types = {"worker_id": "text", "lease_s": "float8"}
     return _prepared.Statement(f"outbox_claim_{int(limit)}", sql, types)
 

@@ -22,7 +22,8 @@ WITH RECURSIVE present(endpoint) AS (
     FROM present p WHERE p.endpoint IS NOT NULL
 ), turns AS (
     SELECT p.endpoint, ep.rate_limit_per_s AS rate_per_s, ep.max_in_flight,
-           (ep.rate_limit_per_s IS NOT NULL OR ep.max_in_flight IS NOT NULL) AS limited
+           (ep.rate_limit_per_s IS NOT NULL OR ep.max_in_flight IS NOT NULL) AS limited,
+           COALESCE(ep.ordered, false) AS ordered
     FROM present p
     LEFT JOIN endpoints ep ON ep.name = p.endpoint
     LEFT JOIN endpoint_budgets b ON b.endpoint = p.endpoint
@@ -55,17 +56,43 @@ WITH RECURSIVE present(endpoint) AS (
         FOR UPDATE OF b SKIP LOCKED
     ) s ON true
     CROSS JOIN LATERAL (
-        SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
-        FROM due_effects e
-        WHERE e.endpoint = t.endpoint
-        ORDER BY e.next_attempt_at
-        -- (LEAST ignores NULLs: a limit the endpoint does not have.) No budget row
-        -- in hand (another claim holds it): no share this time.
-        LIMIT CASE WHEN NOT t.limited THEN :limit
-                   WHEN s.at IS NULL THEN 0
-                   ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
-              END
-        FOR UPDATE OF e SKIP LOCKED
+        -- The endpoint's share: (LEAST ignores NULLs: a limit the endpoint does not
+        -- have.) No budget row in hand (another claim holds it): no share this time.
+        SELECT CASE WHEN NOT t.limited THEN :limit
+                    WHEN s.at IS NULL THEN 0
+                    ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
+               END AS n
+    ) share
+    CROSS JOIN LATERAL (
+        -- Unordered: the endpoint's range of ix_effects_due in due order, each row
+        -- locked as it is reached, until the share is taken.
+        SELECT u.id, u.idempotency_key, u.state, u.resend_action_id
+        FROM (SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
+              FROM due_effects e
+              WHERE NOT t.ordered AND e.endpoint = t.endpoint
+              ORDER BY e.next_attempt_at
+              LIMIT share.n
+              FOR UPDATE OF e SKIP LOCKED) u
+        UNION ALL
+        -- Ordered: only the front :window due rows are looked at, each probed for
+        -- an earlier unfinished effect of its key and, if claimable, locked by its
+        -- id. A claim's cost stays bounded however deep a key is before the parking
+        -- pass parks its waiting effects (which looks at the same front): 100,000
+        -- waiting effects of one key took 634-771 ms a claim, each walked and probed.
+        SELECT o.id, o.idempotency_key, o.state, o.resend_action_id
+        FROM (SELECT c.id, c.idempotency_key, c.state, c.resend_action_id
+              FROM (SELECT f.id FROM effects f
+                    WHERE t.ordered AND f.endpoint = t.endpoint
+                      AND f.state IN ('pending', 'leased') AND f.next_attempt_at <= now()
+                    ORDER BY f.next_attempt_at
+                    LIMIT :window) front
+              CROSS JOIN LATERAL (
+                  SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
+                  FROM due_effects e
+                  WHERE e.id = front.id
+                  OFFSET 0
+                  FOR UPDATE OF e SKIP LOCKED) c
+              LIMIT share.n) o
     ) e
     LIMIT :limit
 ), known AS MATERIALIZED (
@@ -411,11 +438,14 @@ WITH due AS (
 SELECT idempotency_key, endpoint FROM expired;
 
 -- name: park_blocked
--- An ordered endpoint's effects that wait behind an earlier unfinished effect of
--- their key leave the claim's range of ix_effects_due: parked at 'infinity', as a
--- held batch's are, until the earlier one finishes (the effects_unpark_* triggers
--- wake each parked effect's successor, migration 1104). Only the front :window
--- due rows of each ordered endpoint are looked at: the rows a claim walks first.
+-- An ordered endpoint's effects that wait behind two or more earlier unfinished
+-- effects of their key leave the claim's range of ix_effects_due: parked at
+-- 'infinity', as a held batch's are, until the one before finishes (the
+-- effects_unpark_* triggers wake each parked effect's successor, migration 1104).
+-- The next effect of a key (right behind its head) stays due: a claim looks at
+-- most at :window rows of an ordered endpoint anyway (store.CLAIM_WINDOW). Only
+-- the front :window due rows of each ordered endpoint are looked at: the rows a
+-- claim walks first.
 -- Never waits: the blocked effect and the earlier one it waits for are locked
 -- SKIP LOCKED, the earlier one FOR SHARE, so it cannot finish (and find nothing
 -- to wake) before this parking commits; an earlier effect being recorded right
@@ -445,22 +475,41 @@ WITH front AS MATERIALIZED (
                     AND t.tgname = 'effects_unpark_on_finish')
       AND EXISTS (
           -- the nearest earlier one first: one step back in ix_effects_ordering
-          -- (kept as written: a locking EXISTS is not simplified)
-          SELECT 1 FROM effects p
-          WHERE p.endpoint = f.endpoint AND p.ordering_key = f.ordering_key
-            AND p.state IN ('pending', 'leased')
-            AND (p.created_at, p.id) < (f.created_at, f.id)
-          ORDER BY p.created_at DESC, p.id DESC
-          LIMIT 1
-          FOR SHARE OF p SKIP LOCKED)
+          -- (kept as written: a locking EXISTS is not simplified); locked, so that
+          -- it cannot finish (and find nothing parked to wake) before this commits
+          SELECT 1 FROM (
+              SELECT p.created_at, p.id FROM effects p
+              WHERE p.endpoint = f.endpoint AND p.ordering_key = f.ordering_key
+                AND p.state IN ('pending', 'leased')
+                AND (p.created_at, p.id) < (f.created_at, f.id)
+              ORDER BY p.created_at DESC, p.id DESC
+              LIMIT 1
+              FOR SHARE OF p SKIP LOCKED) q
+          -- ... and it waits itself, behind one more: the next of a key whose head is
+          -- being sent or due is left due (it is claimable the moment the head
+          -- finishes; parking then waking it cost two more rewrites of the wide row
+          -- per delivery on an ordered endpoint)
+          -- (one more step back, as claimable_effects' probe is written: an EXISTS
+          -- here was planned, on stale statistics, as a walk of ix_effects_due)
+          WHERE (SELECT 1 FROM effects r
+                 WHERE r.endpoint = f.endpoint AND r.ordering_key = f.ordering_key
+                   AND r.state IN ('pending', 'leased')
+                   AND (r.created_at, r.id) < (q.created_at, q.id)
+                 ORDER BY r.created_at DESC, r.id DESC
+                 LIMIT 1) IS NOT NULL)
 ), blocked AS (
     -- Locked by id alone (a state condition here would let the planner take
     -- ix_effects_due for it); the locked row's current state is checked after.
+    -- The ids come as one array, so the whole front is probed before the first
+    -- row is parked: probed while this UPDATE ran, each probe stepped back over
+    -- every row of its key the pass had just parked (SKIP LOCKED skips rows this
+    -- very statement changed), O(window^2) on a deep key: 1.3-2.1 s a pass
+    -- behind 20,000 effects of one key, ~1,000 index rows a probe.
     SELECT b.id
-    FROM front
+    FROM unnest(ARRAY(SELECT id FROM front)) AS f(id)
     CROSS JOIN LATERAL (
         SELECT e.id, e.state, e.next_attempt_at FROM effects e
-        WHERE e.id = front.id
+        WHERE e.id = f.id
         OFFSET 0
         FOR UPDATE OF e SKIP LOCKED
     ) b

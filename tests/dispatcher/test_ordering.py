@@ -160,23 +160,27 @@ def _claim_walk_plan(engine: Engine, options: str) -> str:
         )
 
 
-def test_effects_waiting_behind_their_key_are_parked_and_the_claim_never_walks_them(
+def test_effects_waiting_behind_two_of_their_key_are_parked_and_the_claim_walks_the_next(
     engine: Engine,
 ) -> None:
+    """Each key's head and the one right behind it stay due (the next is claimable the
+    moment the head finishes: parking and waking it would cost two rewrites of the
+    wide row); every later one is parked, out of the claim's walk."""
     from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine)
-    # Every effect but each key's first; none of the unordered endpoint's.
-    assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
-    behind = list(range(1, PER_KEY))
+    # Every effect but each key's first two; none of the unordered endpoint's.
+    assert store.park_blocked(engine) == KEYS * (PER_KEY - 2)
+    behind = list(range(2, PER_KEY))
     assert _parked(engine, "ordered") == {f"customer-{k}": behind for k in range(KEYS)}
     assert _parked(engine, "plain") == {}
     assert store.park_blocked(engine) == 0  # nothing left to park
-    # The claim's walk of ix_effects_due: the heads only, the parked rows not at all.
+    # The claim's walk of ix_effects_due: the heads and their next, the parked rows not
+    # at all (the next of each key is walked, and left: its head is unfinished).
     plan = _claim_walk_plan(engine, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF")
     assert f"rows={KEYS} loops=1" in plan.splitlines()[0], plan
-    walk = plan.split("ix_effects_due", 1)[1].split("SubPlan", 1)[0]  # the scan's own lines
-    assert "Rows Removed by Filter" not in walk, plan
+    walk = re.split(r"\n\s*SubPlan \d+\n", plan.split("ix_effects_due", 1)[1])[0]
+    assert f"Rows Removed by Filter: {KEYS}\n" in walk + "\n", plan  # the scan's own lines
     claimed = store.claim(engine, "w", 100, 30)
     assert [json.loads(c.payload)["n"] for c in claimed if c.endpoint == "ordered"] == [0] * KEYS
 
@@ -189,18 +193,20 @@ def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it
 
     _ordered_and_plain(engine, plain=False)
     store.park_blocked(engine)
-    _finish(engine, "ordered", "customer-1", 0, how)
+    _finish(engine, "ordered", "customer-1", 0, how)  # its next (1) was never parked
+    assert _parked(engine, "ordered")["customer-1"] == list(range(2, PER_KEY))
+    _finish(engine, "ordered", "customer-1", 1, how)
     # Only the next one of that key is due again; the rest of the key, and every
-    # other key, stay parked.
+    # other key's parked ones, stay parked.
     parked = _parked(engine, "ordered")
-    assert parked["customer-1"] == list(range(2, PER_KEY))
-    assert all(parked[f"customer-{k}"] == list(range(1, PER_KEY)) for k in (0, 2, 3))
+    assert parked["customer-1"] == list(range(3, PER_KEY))
+    assert all(parked[f"customer-{k}"] == list(range(2, PER_KEY)) for k in (0, 2, 3))
     claimed = {
         json.loads(c.payload)["n"]
         for c in store.claim(engine, "w", 100, 30)
         if json.loads(c.payload)["key"] == "customer-1"
     }
-    assert claimed == {1}
+    assert claimed == {2}
 
 
 def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
@@ -210,7 +216,7 @@ def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
     from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine, plain=False)
-    assert store.park_blocked(engine) == KEYS * (PER_KEY - 1)
+    assert store.park_blocked(engine) == KEYS * (PER_KEY - 2)
     with engine.begin() as conn:
         admin.update_endpoint(
             conn, "ordered", {"ordered": False}, actor="test", reason="order no longer needed"
@@ -307,14 +313,15 @@ def test_a_parking_pass_probes_its_window_only_when_statistics_say_the_queue_is_
             conn.exec_driver_sql(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}").scalars()
         )
         tx.rollback()
-    lines = plan.splitlines()
-    at = next(i for i, line in enumerate(lines) if re.fullmatch(r"\s*SubPlan \d+", line))
-    probe = "\n".join(lines[at : at + 4])  # the probe's Limit, LockRows and scan
-    assert f"(actual rows=1 loops={store.PARK_WINDOW})" in probe, plan
-    assert "Index Scan Backward using ix_effects_ordering on effects p" in probe, plan
-    assert "Index Scan using pk_effects on effects e_2 (actual rows=1 loops=900)" in plan, plan
-    # The real pass parks the window's 900 blocked effects (100 keys' heads stay due).
-    assert store.park_blocked(engine) == 900
+    # The probes: one step back in ix_effects_ordering per window row, then one more.
+    window = store.PARK_WINDOW
+    step = r"Scan Backward using ix_effects_ordering on effects {} \(actual rows=1 loops={}\)"
+    assert re.search(step.format("p", window), plan), plan
+    assert re.search(step.format("r", r"\d+"), plan), plan
+    assert "Index Scan using pk_effects on effects e_2 (actual rows=1 loops=800)" in plan, plan
+    # The real pass parks the window's 800 effects behind two of their key (100 keys'
+    # heads and their next stay due).
+    assert store.park_blocked(engine) == 800
 
 
 def test_the_ordering_probe_stays_on_its_index_when_statistics_say_the_queue_is_empty(
@@ -389,3 +396,90 @@ def test_nothing_is_parked_on_a_schema_without_the_waking_trigger(engine: Engine
     _enqueue_interleaved(engine, "ordered")
     assert store.park_blocked(engine) == 0
     assert _parked(engine, "ordered") == {}
+
+
+def test_a_claim_behind_a_deep_key_probes_its_window_of_the_endpoint_only(
+    engine: Engine,
+) -> None:
+    """Three windows' worth of one key's effects wait behind its leased head, not
+    parked yet: a claim probes at most ``store.CLAIM_WINDOW`` of them (it probed
+    every one: ~150 ms a claim behind 100,000), and the other endpoint still gets
+    its share."""
+    from spark_outbox.dispatch import store
+
+    deep = 3 * store.CLAIM_WINDOW
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        add_webhook(conn, name="plain", url="http://127.0.0.1:9/p")
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+                " ordering_key) SELECT lpad(to_hex(g), 64, '0'), 'ordered', '{}', 'x', 'k'"
+                " FROM generate_series(1, :n) g"
+            ),
+            {"n": deep},
+        )
+    (head,) = store.claim(engine, "w", 1, 60)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256)"
+                " SELECT 'p' || lpad(to_hex(g), 63, '0'), 'plain', '{}', 'x'"
+                " FROM generate_series(1, 10) g"
+            )
+        )
+    with engine.connect() as conn, conn.begin() as tx:
+        for name, value in store.ENGINE_OPTIONS["session_settings"].items():
+            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
+        sql = store._Q["claim"].text
+        params = {"worker_id": "w", "limit": 100, "lease_s": 60, "window": store.CLAIM_WINDOW}
+        params = {name: v for name, v in params.items() if f":{name}" in sql}
+        explain = sa.text("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql)
+        plan = "\n".join(conn.execute(explain, params).scalars())
+        tx.rollback()
+    probes = [
+        int(m.group(1))
+        for m in re.finditer(r"Scan Backward using ix_effects_ordering .*loops=(\d+)\)", plan)
+    ]
+    assert probes and max(probes) <= store.CLAIM_WINDOW, plan
+    claimed = store.claim(engine, "w", 100, 60)
+    assert sorted(c.endpoint for c in claimed) == ["plain"] * 10
+    assert head.endpoint == "ordered"
+
+
+def test_a_parking_pass_behind_a_deep_key_probes_each_waiting_effect_once(
+    engine: Engine,
+) -> None:
+    """The whole front is probed before anything is parked: probed while its UPDATE
+    ran, each probe stepped back over every effect of its key this pass had just
+    parked (SKIP LOCKED skips what the statement itself changed), O(window^2) a
+    pass behind a deep key (1.3-2.1 s a pass behind 20,000 effects of one key)."""
+    from spark_outbox.dispatch import store
+
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+                " ordering_key) SELECT lpad(to_hex(g), 64, '0'), 'ordered', '{}', 'x', 'k'"
+                " FROM generate_series(1, :n) g"
+            ),
+            {"n": 5 * store.PARK_WINDOW},
+        )
+        conn.execute(sa.text("ANALYZE effects"))
+    store.claim(engine, "w", 1, 60)  # the head, leased
+    with engine.connect() as conn, conn.begin() as tx:
+        for name, value in store.ENGINE_OPTIONS["session_settings"].items():
+            conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
+        sql = store._Q["park_blocked"].text.replace(":window", str(store.PARK_WINDOW))
+        plan = "\n".join(
+            conn.exec_driver_sql(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}").scalars()
+        )
+        tx.rollback()
+    # (the key is the endpoint's only one: ix_effects_ordering or the endpoint's
+    # index by created_at serve the probe alike)
+    probe = re.search(r"Index Scan Backward using ix_effects_\w+ on effects p (.*)", plan)
+    assert probe is not None, plan
+    assert probe.group(1) == f"(actual rows=1 loops={store.PARK_WINDOW})", plan
+    # The window but the head's next (its head is being sent: it stays due).
+    assert store.park_blocked(engine) == store.PARK_WINDOW - 1
