@@ -19,6 +19,7 @@ keep a copy if you need it again. Per cycle:
    autovacuum to have visited effects, attempts and the ledger since the purge);
 4. a month of new finished history loaded (the fill);
 5. the size of effects, attempts and the ledger (heap, TOAST, indexes).
+The key indexes are read into the page cache first (``bench history``'s prewarm).
 Targets (issue 30): the drain while purging >= 0.9x alone; the purge >= 50,000
 effects/s; the size flat over the cycles.
 """
@@ -34,7 +35,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from bench import history_cluster, history_side
+from bench import bench_history, history_cluster, history_side
 from bench import receiver as bench_receiver
 from bench.bench_dispatch import uptime
 from bench.history_side import Side
@@ -175,6 +176,7 @@ def main(argv: list[str]) -> int:
         print(f"size before: {_size_bytes(engine) / 1e9:.2f} GB", flush=True)
         with bench_receiver.serve() as (base, pid):
             history_side.prepare(side, base)
+            bench_history.prewarm(url)
             for c in range(args.cycles):
                 rows.append(_cycle(side, base, pid, args, c))
                 print(f"cycle {c + 1}: " + ", ".join(f"{k} {v:,.2f}" for k, v in rows[-1].items()))
