@@ -20,6 +20,8 @@ Per round (the side going first alternates), on each side:
    a filtered page (``--requests`` each; the history's effects on that side, the
    bursts' on the empty one);
 4. ``/v1/status``, ``/metrics`` and a dispatcher's queue figures.
+Before the rounds, the key indexes are read into the page cache (``prewarm``;
+``--cold`` does not: then the drain beside history reads them from disk).
 Then medians, the history/empty ratios, and bytes on disk per finished effect.
 Targets (issue 30): drain >= 0.9x; audit p99 <= 20 ms; /v1/status <= 50 ms.
 """
@@ -53,6 +55,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--requests", type=int, default=300, help="per lookup kind and round")
     ap.add_argument("--reuse", metavar="DATABASE", help="a history database kept before")
     ap.add_argument("--keep", action="store_true", help="keep the history database")
+    ap.add_argument("--cold", action="store_true", help="measure without warming the keys")
     return ap.parse_args(argv)
 
 
@@ -78,6 +81,40 @@ def _history(server: str, args: argparse.Namespace) -> str:
     finally:
         engine.dispose()
     return url
+
+
+# What a fresh effect reads at a random place whatever the history's age: its key in
+# the effects' unique index (the enqueue, and again at the record's new row version)
+# and in the key ledger (the claim's look-up, the record's insert). Every other index
+# a burst touches grows at its right edge, which stays in memory by itself.
+KEY_INDEXES = ("uq_effects_idempotency_key", "pk_key_ledger")
+
+
+def prewarm(database_url: str) -> None:
+    """Read the key indexes into the OS page cache (``pg_prewarm``, mode ``read``),
+    as a database serving every day has them: a cluster just started (or a cache
+    another tenant emptied) reads them from disk, a random page per effect, and
+    that is what ``--cold`` measures. Needs the bench cluster's superuser."""
+    admin = history_cluster.admin_url(scratch.database_name(database_url))
+    if admin is None:
+        print("prewarm: skipped (DATABASE_URL: no superuser)", flush=True)
+        return
+    engine = db.create_engine(admin, pool_size=1)
+    try:
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_prewarm"))
+            pages = sum(
+                conn.execute(sa.text("SELECT pg_prewarm(:i, 'read')"), {"i": i}).scalar_one()
+                for i in KEY_INDEXES
+            )
+        print(
+            f"prewarm: {pages * 8 / 1024:,.0f} MB of key indexes read in"
+            f" {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+    finally:
+        engine.dispose()
 
 
 _SIZES = sa.text("""
@@ -107,7 +144,9 @@ def bytes_per_finished_effect(side: Side) -> dict[str, float]:
     return dict(found)
 
 
-def _round(sides: list[Side], base: str, pid: int, args: argparse.Namespace, r: int) -> dict:
+def _round(
+    sides: list[Side], base: str, pid: int, args: argparse.Namespace, r: int
+) -> dict[tuple[str, str], list[float]]:
     found: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for side in sides if r % 2 == 0 else sides[::-1]:
         rate = history_side.drain(side, base, pid, args.burst)
@@ -175,6 +214,8 @@ def main(argv: list[str]) -> int:
         with bench_receiver.serve() as (base, pid):
             for side in sides:
                 history_side.prepare(side, base)
+                if not args.cold:
+                    prewarm(side.url)
             for r in range(args.rounds):
                 for key, values in _round(sides, base, pid, args, r).items():
                     found[key] += values

@@ -11,13 +11,15 @@ keep a copy if you need it again. Per cycle:
    ``outbox dispatcher run`` process (its defaults) to a local receiver;
 2. the same drain while the oldest month of finished effects is purged in a
    thread (``retention.purge``: effects, attempts, then the ledger's keys of the
-   same month: the horizon equals the cutoff), deliveries/s counted while both
-   ran; the purge's own rate (effects/s) over its whole run;
+   same month: the horizon equals the cutoff), started just before the burst's
+   commit; the share of the drain the purge overlapped is printed (1.00: all of
+   it); the purge's own rate: effects over its whole run, the keys' pass included;
    the order of 1 and 2 alternates between cycles;
 3. VACUUM of what the purge touched (``--vacuum explicit``; ``auto``: wait for
    autovacuum to have visited effects, attempts and the ledger since the purge);
 4. a month of new finished history loaded (the fill);
 5. the size of effects, attempts and the ledger (heap, TOAST, indexes).
+The key indexes are read into the page cache first (``bench history``'s prewarm).
 Targets (issue 30): the drain while purging >= 0.9x alone; the purge >= 50,000
 effects/s; the size flat over the cycles.
 """
@@ -33,7 +35,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from bench import history_cluster, history_side
+from bench import bench_history, history_cluster, history_side
 from bench import receiver as bench_receiver
 from bench.bench_dispatch import uptime
 from bench.history_side import Side
@@ -71,7 +73,7 @@ def _size_bytes(engine: Engine) -> int:
 def _oldest_month(engine: Engine) -> dt.datetime:
     """The cutoff of the oldest month of finished effects (ix_effects_purgeable)."""
     with engine.connect() as conn:
-        oldest = conn.execute(
+        oldest: dt.datetime = conn.execute(
             sa.text(
                 "SELECT min(updated_at) FROM effects"
                 " WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')"
@@ -87,44 +89,35 @@ class Purger(threading.Thread):
         super().__init__(name="purger")
         self.engine, self.cutoff, self.batch_size = engine, cutoff, batch_size
         self.done = retention.Purged()
-        self.seconds = 0.0
+        self.seconds = self.ended = 0.0
 
     def run(self) -> None:
         t0 = time.perf_counter()
         self.done = retention.purge(self.engine, self.cutoff, self.batch_size, horizon=self.cutoff)
-        self.seconds = time.perf_counter() - t0
+        self.ended = time.perf_counter()
+        self.seconds = self.ended - t0
 
 
-def _drain_with_purge(side: Side, base: str, pid: int, n: int, purger: Purger) -> float:
-    """Deliveries/s while the purge ran (or over the drain, if the purge outlasted it)."""
+def _drain_with_purge(
+    side: Side, base: str, pid: int, n: int, purger: Purger
+) -> tuple[float, float]:
+    """Deliveries/s of a burst drained while the purge runs (started just before the
+    burst's commit), and the share of the drain the purge overlapped (1.0: all of it;
+    less means the purge ended first and the figure is partly a drain alone)."""
     with history_side.dispatcher(side, base, pid):
         first = history_side.next_first(n)
-        t0 = time.perf_counter()
-        history.burst(side.engine, effects=n, first=first, endpoint="bench", recipients=1)
         purger.start()
-        while history_side.unfinished(side.engine, "bench"):
-            if not purger.is_alive():
-                break
-            time.sleep(0.02)
-        delivered = _delivered_of(side.engine, first, n)
-        elapsed = time.perf_counter() - t0
-        while history_side.unfinished(side.engine, "bench"):
-            time.sleep(0.02)
-    purger.join()
-    return delivered / elapsed
-
-
-def _delivered_of(engine: Engine, first: int, n: int) -> int:
-    with engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM effects WHERE job = 'billing' AND batch_id = :b"
-                    " AND state = 'delivered'"
-                ),
-                {"b": f"burst-{first}"},
-            ).scalar_one()
+        t0 = time.perf_counter()
+        history.burst(
+            side.engine, effects=n, first=first, endpoint="bench", recipients=side.recipients
         )
+        while history_side.unfinished(side.engine, "bench"):
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - t0
+        overlap = (purger.ended - t0) / elapsed if not purger.is_alive() else 1.0
+    purger.join()
+    side.bursts.append((first, n))
+    return n / elapsed, max(0.0, min(1.0, overlap))
 
 
 def _vacuum(engine: Engine, how: str, since: dt.datetime) -> float:
@@ -159,7 +152,8 @@ def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) ->
         if kind == "alone":
             found["drain alone /s"] = history_side.drain(side, base, pid, args.burst)
         else:
-            found["drain while purging /s"] = _drain_with_purge(side, base, pid, args.burst, purger)
+            rate, overlap = _drain_with_purge(side, base, pid, args.burst, purger)
+            found["drain while purging /s"], found["purge overlap"] = rate, overlap
     found["purged effects"] = purger.done.effects
     found["purge effects/s"] = purger.done.effects / max(purger.seconds, 1e-9)
     found["forgotten keys"] = purger.done.keys
@@ -182,6 +176,7 @@ def main(argv: list[str]) -> int:
         print(f"size before: {_size_bytes(engine) / 1e9:.2f} GB", flush=True)
         with bench_receiver.serve() as (base, pid):
             history_side.prepare(side, base)
+            bench_history.prewarm(url)
             for c in range(args.cycles):
                 rows.append(_cycle(side, base, pid, args, c))
                 print(f"cycle {c + 1}: " + ", ".join(f"{k} {v:,.2f}" for k, v in rows[-1].items()))

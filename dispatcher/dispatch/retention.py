@@ -113,9 +113,13 @@ def purge_batch(
         )
     params = {"bound": bound, "batch_size": batch_size, "after_at": after[0], "after_id": after[1]}
     with engine.begin() as conn:
+        if step == "forget_keys":  # a keyset on the finish time alone (retention.sql)
+            edge = conn.execute(_Q["forget_keys_edge"], params).scalar_one()
+            if edge is None:
+                return Batch(0, 0, None)
+            keys = conn.execute(_Q["forget_keys"], {**params, "edge": edge}).scalar_one()
+            return Batch(int(keys), 0, (edge, None))
         row = conn.execute(_Q[step], params).one()
-    if step == "forget_keys":  # a keyset on the finish time alone (retention.sql)
-        return Batch(int(row.keys), 0, None if row.last_at is None else (row.last_at, None))
     last = None if row.last_at is None else (row.last_at, row.last_id)
     return Batch(int(row.effects), int(row.attempts), last)
 

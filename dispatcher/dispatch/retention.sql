@@ -128,27 +128,33 @@ LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, i
 -- The dry run of the ledger's horizon: keys that finished before it.
 SELECT count(*) FROM key_ledger WHERE finished_at < :bound;
 
--- name: forget_keys
+-- name: forget_keys_edge
 -- The ledger's horizon: keys that finished before it are forgotten, a batch in a
 -- short transaction, oldest first (ix_key_ledger_finished_at). A batch takes the
 -- next :batch_size finish times after the previous batch's last, and every key that
 -- finished at the last of them too (keys finish in groups: one record statement,
 -- one purge batch), so the next batch starts strictly after it and no key is
--- skipped or read twice; rows another purger holds are skipped (SKIP LOCKED). A
--- forgotten key could be enqueued and sent again: the horizon is an operator's
--- choice, longer than any replay of a job and than the purge's (docs/operations.md,
--- "Retention"). A key whose effect is still there stays (the effect's unique key
--- guards it, and outbox verify expects a delivered effect's key in the ledger).
--- Returns the keys forgotten and the last finish time the batch read.
-WITH edge AS (
-    SELECT max(f.finished_at) AS at
-    FROM (SELECT finished_at FROM key_ledger
-          WHERE finished_at < :bound AND finished_at > CAST(:after_at AS timestamptz)
-          ORDER BY finished_at
-          LIMIT :batch_size) f
-), seen AS (
-    SELECT l.idempotency_key FROM key_ledger l, edge
-    WHERE l.finished_at > CAST(:after_at AS timestamptz) AND l.finished_at <= edge.at
+-- skipped or read twice. This is the last of them (NULL: none is left); forget_keys
+-- gets it as a value, so its plan sees a range of a batch's size (as a CTE's
+-- result it was planned as a third of the ledger: a scan of the ledger and of the
+-- effects per batch, 16 s a batch at 10M effects).
+SELECT max(f.finished_at) AS at
+FROM (SELECT finished_at FROM key_ledger
+      WHERE finished_at < :bound AND finished_at > CAST(:after_at AS timestamptz)
+      ORDER BY finished_at
+      LIMIT :batch_size) f;
+
+-- name: forget_keys
+-- The keys of a batch (forget_keys_edge) forgotten; rows another purger holds are
+-- skipped (SKIP LOCKED). A forgotten key could be enqueued and sent again: the
+-- horizon is an operator's choice, longer than any replay of a job and than the
+-- purge's (docs/operations.md, "Retention"). A key whose effect is still there
+-- stays (the effect's unique key guards it, and outbox verify expects a delivered
+-- effect's key in the ledger). Returns the keys forgotten.
+WITH seen AS (
+    SELECT l.idempotency_key FROM key_ledger l
+    WHERE l.finished_at > CAST(:after_at AS timestamptz)
+      AND l.finished_at <= CAST(:edge AS timestamptz)
     FOR UPDATE OF l SKIP LOCKED
 ), forgotten AS (
     DELETE FROM key_ledger k USING seen s
@@ -156,7 +162,7 @@ WITH edge AS (
       AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.idempotency_key = s.idempotency_key)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM forgotten) AS keys, edge.at AS last_at FROM edge;
+SELECT count(*) AS keys FROM forgotten;
 
 -- name: purge_result_rows
 -- What batches committed before the cutoff recorded of their result rows (only

@@ -155,17 +155,33 @@ def test_retention_and_recover_read_through_their_indexes(loaded: Connection) ->
         assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")
     stubs = _plan(loaded, RETENTION["purge_stubs"], start)
     assert "ix_effects_stubs" in _indexes(stubs)
-    loaded.execute(  # the ledger as the record statement fills it
+    loaded.execute(  # the ledger as the record statements of the history filled it
         sa.text(
-            "INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)"
-            " SELECT idempotency_key, endpoint, payload_sha256, updated_at FROM effects"
+            "INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at,"
+            " finished_at)"
+            " SELECT idempotency_key, endpoint, payload_sha256, updated_at, updated_at FROM effects"
             " WHERE state = 'delivered' ON CONFLICT DO NOTHING"
         )
     )
     loaded.commit()
     loaded.execute(sa.text("ANALYZE key_ledger"))
-    forget = {"bound": now, "batch_size": 100, "after_at": dt.datetime.min}
-    assert "ix_key_ledger_finished_at" in _indexes(_plan(loaded, RETENTION["forget_keys"], forget))
+    later = now + dt.timedelta(days=1)  # the ledger's keys finished at its fill (now())
+    forget: dict[str, Any] = {"bound": later, "batch_size": 100, "after_at": dt.datetime.min}
+    edge = _plan(loaded, RETENTION["forget_keys_edge"], forget)
+    assert "ix_key_ledger_finished_at" in _indexes(edge)
+    forget["edge"] = loaded.execute(RETENTION["forget_keys_edge"], forget).scalar_one()
+    assert forget["edge"] is not None
+    # A batch's keys found by their finish times and planned as a batch: planned as a
+    # third of the ledger (the edge a CTE's result), each batch scanned the ledger and
+    # hashed every effect (16 s a batch at 10M effects).
+    batch = _plan(loaded, RETENTION["forget_keys"], forget)
+    by_finish = [n for n in _nodes(batch) if "finished_at" in str(n.get("Filter", ""))]
+    by_finish += [n for n in _nodes(batch) if n.get("Index Name") == "ix_key_ledger_finished_at"]
+    assert by_finish and all(n["Node Type"] == "Index Scan" for n in by_finish), by_finish
+    in_batch = loaded.execute(
+        sa.text("SELECT count(*) FROM key_ledger WHERE finished_at <= :edge"), forget
+    ).scalar_one()
+    assert all(n["Plan Rows"] <= 2 * in_batch for n in by_finish), (in_batch, by_finish)
     recover = _plan(
         loaded,
         OPERATIONS["count_dead_of_endpoint"],
