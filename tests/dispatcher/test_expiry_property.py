@@ -101,7 +101,7 @@ def _states(engine: Engine, endpoint: str) -> dict[str, tuple[str, str | None]]:
 
 
 @settings(
-    max_examples=8,
+    max_examples=5,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # One small day per kill: a killed run leaves later days for the next run, so every
 # kill (4 named + RANDOM_KILLS random) lands in a write that has not committed yet.
-RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "3"))
+RANDOM_KILLS = int(os.environ.get("OUTBOX_RANDOM_KILLS", "1"))  # more in a soak run
 NAMED = ("effects_written", "written", "before_commit", "after_commit")
 DATES = tuple(f"2026-01-{d:02d}" for d in range(1, len(NAMED) + RANDOM_KILLS + 2))
 
