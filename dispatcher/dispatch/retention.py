@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
@@ -38,6 +39,15 @@ from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch.dbcalls import DbCalls
 
 _Q = queries_beside(__file__, "retention.sql")
+# The two ranges of finished effects retention deletes, each a partial index's: one
+# statement (retention.sql, purge_batch) for both, a keyset pass each.
+RANGES = {
+    "purge_batch": "purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')",
+    "purge_expired": "state = 'expired' AND purged_at IS NULL",
+}
+STATEMENTS = {
+    step: sa.text(_Q["purge_batch"].text.format(finished=where)) for step, where in RANGES.items()
+}
 log = logging.getLogger(__name__)
 
 MAX_BATCH_SIZE = 10_000
@@ -119,7 +129,7 @@ def purge_batch(
                 return Batch(0, 0, None)
             keys = conn.execute(_Q["forget_keys"], {**params, "edge": edge}).scalar_one()
             return Batch(int(keys), 0, (edge, None))
-        row = conn.execute(_Q[step], params).one()
+        row = conn.execute(STATEMENTS[step] if step in STATEMENTS else _Q[step], params).one()
     last = None if row.last_at is None else (row.last_at, row.last_id)
     return Batch(int(row.effects), int(row.attempts), last)
 

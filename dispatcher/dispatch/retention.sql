@@ -17,51 +17,16 @@ SELECT (SELECT count(*) FROM effects
 -- kept as a stub: an updated stub was a new row version in every index, and the
 -- table only grew (bench/RESULTS.md, "history"). The key stays known to the key
 -- ledger: a delivered key has been there since its delivery (the record statement
--- writes both; outbox verify checks it), a dead or cancelled one is written here.
+-- writes both; outbox verify checks it), a dead, cancelled or expired one is written here.
 -- Each marker counts its batch's effects retention removed (reconciliation
--- explains them). Returns the counts and where the batch ended.
+-- explains them). Returns the counts and where the batch ended. {finished} is one
+-- of the two ranges of finished effects (retention.RANGES): those of
+-- ix_effects_purgeable, and the expired ones of ix_effects_expired (the first index
+-- predates that state), each with a keyset of its own.
 WITH doomed AS (
     SELECT id, idempotency_key, endpoint, payload_sha256, state, updated_at, job, batch_id
     FROM effects
-    WHERE purged_at IS NULL AND state IN ('delivered', 'dead', 'cancelled')
-      AND updated_at < :bound
-      AND (updated_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
-    ORDER BY updated_at, id
-    LIMIT :batch_size
-    FOR UPDATE SKIP LOCKED
-), attempts AS (
-    DELETE FROM delivery_attempts a USING doomed d
-    WHERE a.effect_id = d.id
-    RETURNING 1
-), gone AS (
-    DELETE FROM effects e USING doomed d
-    WHERE e.id = d.id
-    RETURNING 1
-), ledger AS (
-    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at)
-    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at FROM doomed
-    WHERE state <> 'delivered'
-    ON CONFLICT (idempotency_key) DO NOTHING
-), counted AS (
-    UPDATE batches b SET effects_purged = b.effects_purged + n.effects
-    FROM (SELECT job, batch_id, count(*) AS effects FROM doomed
-          WHERE job IS NOT NULL GROUP BY job, batch_id) n
-    WHERE b.job = n.job AND b.batch_id = n.batch_id
-)
-SELECT (SELECT count(*) FROM gone) AS effects, (SELECT count(*) FROM attempts) AS attempts,
-       last.updated_at AS last_at, last.id AS last_id
-FROM (SELECT NULL) one
-LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, id DESC
-                   LIMIT 1) last ON true;
-
--- name: purge_expired
--- Expired effects (their send-by time passed unsent), deleted as purge_batch deletes
--- finished ones, from a range of their own (ix_effects_expired: the other index
--- predates the state); their keys go to the ledger as expired.
-WITH doomed AS (
-    SELECT id, idempotency_key, endpoint, payload_sha256, state, updated_at, job, batch_id
-    FROM effects
-    WHERE state = 'expired' AND purged_at IS NULL
+    WHERE {finished}
       AND updated_at < :bound
       AND (updated_at, id) > (CAST(:after_at AS timestamptz), CAST(:after_id AS bigint))
     ORDER BY updated_at, id

@@ -142,14 +142,14 @@ def test_search_by_reference_uses_the_reference_index(loaded: Connection) -> Non
 def test_retention_and_recover_read_through_their_indexes(loaded: Connection) -> None:
     now = dt.datetime.now(dt.UTC)
     start = {"bound": now, "batch_size": 100, "after_at": dt.datetime.min, "after_id": -1}
-    purge = _plan(loaded, RETENTION["purge_batch"], start)
+    purge = _plan(loaded, retention.STATEMENTS["purge_batch"], start)
     # The batch is found through the purgeable index, never by scanning effects; its
     # attempts by effect_id (a nested loop at 100k+ effects; at this test's size the
     # planner may hash the small attempts table instead).
     assert "ix_effects_purgeable" in _indexes(purge)
     for node in _nodes(purge):
         assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")
-    expired = _plan(loaded, RETENTION["purge_expired"], start)  # a range of its own
+    expired = _plan(loaded, retention.STATEMENTS["purge_expired"], start)  # a range of its own
     assert "ix_effects_expired" in _indexes(expired)
     for node in _nodes(expired):
         assert (node["Node Type"], node.get("Relation Name")) != ("Seq Scan", "effects")
