@@ -10,6 +10,7 @@ import uuid
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from spark_outbox.core import resultrows
 from spark_outbox.spark import results
 from spark_outbox.spark.results import ResultsSpec
 
@@ -34,9 +35,12 @@ def _stage(engine: Engine, rows: list[dict[str, object]]) -> uuid.UUID:
 
 
 def _apply(engine: Engine, spec: ResultsSpec, columns: tuple[str, ...], run_id: uuid.UUID) -> int:
+    # The statement the commit runs (spark_outbox.spark.result_rejects runs it under a
+    # savepoint), with the digest's settings pinned as the commit pins them.
     with engine.begin() as conn:
-        batch = next(_BATCHES)
-        return results.merge(conn, spec, columns, run_id=str(run_id), task_ids=[1], batch_ref=batch)
+        resultrows.pin_settings(conn)
+        params = {"run_id": str(run_id), "task_ids": [1], "batch_ref": next(_BATCHES)}
+        return int(conn.execute(results.apply_statement(conn, spec, columns), params).scalar_one())
 
 
 def _tallies(engine: Engine) -> list[tuple[object, ...]]:

@@ -55,26 +55,6 @@ class ResultsSpec:
             )
 
 
-def merge(
-    conn: Connection,
-    spec: ResultsSpec,
-    columns: tuple[str, ...],
-    *,
-    run_id: str,
-    task_ids: list[int],
-    batch_ref: int,
-) -> int:
-    """Apply the run's staged result rows of ``task_ids`` to the results table and
-    record each one (its key, the digest of what it now holds: ``batch_result_rows``)
-    for the batch ``batch_ref``, in one statement; how many rows were applied. (The
-    commit goes through spark_outbox.spark.result_rejects, which runs this statement
-    under a savepoint and turns the rows the table refuses into rejects.)"""
-    resultrows.pin_settings(conn)
-    statement = apply_statement(conn, spec, columns)
-    params = {"run_id": run_id, "task_ids": task_ids, "batch_ref": batch_ref}
-    return int(conn.execute(statement, params).scalar_one())
-
-
 # The staged rows a merge reads: those of the tasks that succeeded, or one slice of
 # one task's rows in physical order (spark_outbox.spark.result_rejects bisects with it).
 SUCCEEDED_TASKS = "s.task_id = ANY(:task_ids)"
