@@ -8,6 +8,8 @@
                       (the dispatcher, 1 process, with each set of options: how defaults are chosen)
     ... -- --latency-s 0 --only settings --settings "" --code /tmp/main --tracing
                       (tracing off, today's code from a checkout, tracing on: its cost)
+    ... -- --latency-s 0 --kills 0 --only settings --settings "" --uncounted
+                      (the count triggers' cost on the hot path: on, then disabled)
 
 On one fresh database, against one receiver (uvicorn + uvloop + httptools, one
 process, bench/receiver.py), every contender delivers the same N POSTs of the
@@ -275,7 +277,9 @@ def latency(
         )
 
 
-def _added(settings: list[str], code: list[str], tracing: bool) -> list[Contender]:
+def _added(
+    settings: list[str], code: list[str], tracing: bool, uncounted: bool = False
+) -> list[Contender]:
     """The ``--settings``, ``--code`` and ``--tracing`` contenders, all named as
     settings: they are compared with the first of them, round by round."""
     added = [
@@ -290,6 +294,9 @@ def _added(settings: list[str], code: list[str], tracing: bool) -> list[Contende
     if tracing:
         name = "dispatcher, 1 process, settings: tracing on (OTLP)"
         added.append(Contender(name, "dispatch", contenders.dispatcher(1, traced=True)))
+    if uncounted:
+        name = "dispatcher, 1 process, settings: count triggers disabled"
+        added.append(Contender(name, "dispatch", contenders.dispatcher(1, counted=False)))
     return added
 
 
@@ -345,8 +352,14 @@ def main(argv: list[str]) -> int:
         help="add a contender: the dispatcher, 1 process, defaults, tracing on (OTLP/HTTP to "
         "a collector stand-in on loopback; every effect created in a trace)",
     )
+    parser.add_argument(
+        "--uncounted",
+        action="store_true",
+        help="add a contender: the dispatcher, 1 process, defaults, with the triggers that keep"
+        " effect_counts and attempt_counts disabled (their cost on the record path)",
+    )
     args = parser.parse_args(argv)
-    CONTENDERS.extend(_added(args.settings, args.code, args.tracing))
+    CONTENDERS.extend(_added(args.settings, args.code, args.tracing, args.uncounted))
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)

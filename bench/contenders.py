@@ -249,6 +249,7 @@ def dispatcher(
     *,
     code: Path | str = ROOT,
     traced: bool = False,
+    counted: bool = True,
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
     their bookkeeping only) or ``bench-ordered`` (per-key ordering over
@@ -257,10 +258,13 @@ def dispatcher(
     run the dispatcher of another checkout (its folder first on PYTHONPATH, e.g.
     ``git archive main`` unpacked: today's code on this schema); ``traced``: tracing
     on, exported over OTLP/HTTP to a collector stand-in (bench/otlp_sink.py), every
-    effect created in a trace."""
+    effect created in a trace; ``counted=False``: the triggers that keep effect_counts and
+    attempt_counts disabled for the round (their cost on the hot path, side by side)."""
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
+        if not counted:
+            _count_triggers(ctx.engine, "DISABLE")
         # The dispatcher's defaults (concurrency, claim batch size) unless the
         # environment's BENCH_DISPATCH_ARGS says otherwise (how the defaults were chosen).
         extra = os.environ.get("BENCH_DISPATCH_ARGS", "").split() + options.split()
@@ -269,10 +273,26 @@ def dispatcher(
             if traced:
                 endpoint_url, _ = stack.enter_context(otlp_sink.collector())
                 env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint_url
+            if not counted:
+                stack.callback(_count_triggers, ctx.engine, "ENABLE")
             proc = start_dispatchers(ctx, processes, *extra, env_extra=env, code=code)
             return _drain(ctx, n, proc, endpoint, ordering_keys, traced)
 
     return run
+
+
+_COUNT_TRIGGERS = {
+    "effects": ["effects_count_on_insert", "effects_count_on_update", "effects_count_on_delete"],
+    "delivery_attempts": ["delivery_attempts_count_on_insert"],
+}
+
+
+def _count_triggers(engine: Engine, how: str) -> None:
+    """ENABLE or DISABLE the count triggers (dispatcher/core/objects/counts.sql)."""
+    with engine.begin() as conn:
+        for table, names in _COUNT_TRIGGERS.items():
+            for name in names:
+                conn.execute(sa.text(f"ALTER TABLE {table} {how} TRIGGER {name}"))
 
 
 def _drain(
