@@ -238,8 +238,8 @@ def check_email_settings(
         raise InvalidRequest(
             "smtp_tls",
             "is 'none', so the SMTP password would cross the network unencrypted",
-            "use starttls or tls, or opt in explicitly with --smtp-allow-plaintext-auth "
-            "(a trusted local relay only)",
+            "use starttls or tls, or opt in explicitly with smtp_allow_plaintext_auth=true "
+            "(the CLI's --smtp-allow-plaintext-auth; a trusted local relay only)",
         )
     if not isinstance(mail_from, str) or "@" not in mail_from:
         raise InvalidRequest(

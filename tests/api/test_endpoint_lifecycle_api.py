@@ -63,6 +63,7 @@ def test_smtp_settings_are_checked_together_and_refused_on_a_webhook(
     plain = {"reason": "r", "smtp_tls": "none", "smtp_username": "billing"}
     refused = client.patch("/v1/endpoints/billing-email", json=plain, headers=auth)
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][-1] == "smtp_tls"
+    assert "smtp_allow_plaintext_auth=true" in refused.json()["detail"][0]["msg"]
     hook = client.patch(
         "/v1/endpoints/billing-webhook", json={"reason": "r", "smtp_port": 25}, headers=auth
     )
