@@ -182,6 +182,8 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
         ("delivered_at", e.delivered_at),
         ("next_attempt_at", e.next_attempt_at),
         ("send_by", e.expires_at),
+        # Erased or purged: the payload and personal fields are gone, the summary stays.
+        ("purged_at", e.purged_at),
         ("last_error", e.last_error),
         ("resend", resend),
         ("produced by", produced),

@@ -49,6 +49,10 @@ def test_erase_dry_run_lists_then_the_erase_cancels_the_unsent_and_blanks_the_re
             sa.text("SELECT reason FROM operator_actions WHERE action = 'erase'")
         ).scalar_one()
     assert reason == "request of [erased]"
+    assert main(["effects", "show", made["dead"].key]) == 0
+    shown = {line[:16].strip(): line[16:].strip() for line in capsys.readouterr().out.splitlines()}
+    assert shown["purged_at"].startswith("20") and shown["payload"] == ""
+    assert shown["last_error"].startswith("erased (operator action")
 
 
 @pytest.mark.parametrize(
