@@ -1,7 +1,8 @@
 """``outbox effects resend``: send a delivered (or dead) effect again, same key
 (docs/operations.md, "Resending").
 
-One effect by its key, or many by a filter (a batch; an endpoint within
+One effect by its key (or the start of one, as ``effects list`` prints it: it must
+name exactly one effect), or many by a filter (a batch; an endpoint within
 ``--since``/``--until``; a recipient; a reference), capped (``--cap``) and counted
 first with ``--dry-run``. Needs ``--reason``; recorded in ``operator_actions``
 (actor ``cli:<login>``) as the API's routes are. A refusal (not delivered or dead,
@@ -17,6 +18,7 @@ from typing import Any
 
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.cli.filter_args import instant
+from spark_outbox.cli.lookup_cmd import one_key
 from spark_outbox.console import resend
 from spark_outbox.console.filters import build_filter
 from spark_outbox.core import db
@@ -29,7 +31,11 @@ def register(cmds: Any) -> None:
         "resend",
         help="send a delivered or dead effect again, same key (one, or many by a filter)",
     )
-    p.add_argument("key", nargs="?", help="the idempotency key (64 hex); or a filter below")
+    p.add_argument(
+        "key",
+        nargs="?",
+        help="the idempotency key (64 hex, or its printed start naming one effect); or a filter",
+    )
     p.add_argument(
         "--job", help="with --batch-id: every resendable effect of one batch (default: none)"
     )
@@ -65,8 +71,9 @@ def resend_effects(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with db.translated(), engine.begin() as conn:
             if args.key is not None:
+                key = one_key(conn, args.key)
                 done = resend.resend(
-                    conn, args.key, actor=cli_actor(), reason=args.reason, dry_run=args.dry_run
+                    conn, key, actor=cli_actor(), reason=args.reason, dry_run=args.dry_run
                 )
             else:
                 done = resend.bulk_resend(

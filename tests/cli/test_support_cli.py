@@ -75,8 +75,10 @@ def test_an_operator_resends_from_the_cli_after_a_dry_run_and_a_refusal_names_wh
 ) -> None:
     delivered, pending = many[0], many[1]
     reason = ["--reason", "customer restored a backup"]
-    assert main(["effects", "resend", delivered, *reason, "--dry-run"]) == 0
-    assert "dry run: 1 effect(s)" in capsys.readouterr().out
+    assert main(["effects", "resend", delivered[:12] + "…", *reason, "--dry-run"]) == 0
+    assert f"dry run: 1 effect(s) of {delivered}" in capsys.readouterr().out
+    assert main(["effects", "resend", "0", *reason, "--dry-run"]) == 2  # too short a start
+    assert "(8+ hex characters)" in capsys.readouterr().err
     assert main(["effects", "resend", delivered, *reason]) == 0
     assert "1 effect(s) of " + delivered + " will be sent again" in capsys.readouterr().out
     assert main(["effects", "show", delivered]) == 0
