@@ -420,10 +420,20 @@ WITH due AS (
                     THEN ' passed while its batch was held'
                 WHEN EXISTS (SELECT 1 FROM endpoints p WHERE p.name = e.endpoint AND NOT p.enabled)
                     THEN ' passed while endpoint ' || e.endpoint || ' was paused'
+                -- Claimed (the claim counted the attempt), its lease ran out, no send recorded.
+                WHEN due.was = 'leased'
+                    THEN ' passed while it was claimed for attempt ' || e.attempt_count
+                         || ', before a send was recorded (the endpoint''s limits, slow answers'
+                         || ' ahead of it, or its dispatcher stopped)'
+                         || COALESCE(' (last: ' || left(e.last_error, 200) || ')', '')
                 WHEN e.attempt_count > 0
                     THEN ' passed before a retry, after ' || e.attempt_count || ' attempt(s)'
                          || COALESCE(' (last: ' || left(e.last_error, 200) || ')', '')
-                ELSE ' passed before its first attempt' END,
+                ELSE ' passed before its first attempt, '
+                     || ceil(extract(epoch FROM e.expires_at - e.created_at))::bigint
+                     || ' s after it was enqueued: no dispatcher claimed it in time (were'
+                     || ' dispatchers running? a backlog or the endpoint''s limits ahead of it?)'
+                END,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
     FROM due
     WHERE e.id = due.id

@@ -166,7 +166,28 @@ def test_a_live_lease_is_left_to_its_worker_and_an_expired_one_expires_freeing_i
     # The worker that held it records nothing over it: its lease token is gone.
     late = store.Result(claimed.id, claimed.lease_token, 1, "delivered", NOW(dt.UTC), 1.0)
     assert store.record(engine, "w1", [late]) == {(claimed.id, claimed.lease_token): False}
-    assert _effect(engine, key).state == "expired"
+    state, reason, _ = _effect(engine, key)
+    assert state == "expired" and reason is not None
+    assert reason.endswith(
+        "passed while it was claimed for attempt 1, before a send was recorded (the endpoint's "
+        "limits, slow answers ahead of it, or its dispatcher stopped)"
+    ), reason
+
+
+def test_an_effect_nobody_claimed_before_its_send_by_time_says_how_long_it_waited(
+    engine: Engine,
+) -> None:
+    with engine.begin() as conn:
+        add_webhook(conn, name="hook", url="http://127.0.0.1:9/h")
+    key = _enqueue(engine, 1, expires_at=_in(1.2))
+    time.sleep(1.3)  # no dispatcher runs
+    assert store.expire_due(engine) == [(key, "hook")]
+    _, reason, attempts = _effect(engine, key)
+    assert attempts == 0 and reason is not None
+    assert reason.endswith(
+        "passed before its first attempt, 2 s after it was enqueued: no dispatcher claimed it "
+        "in time (were dispatchers running? a backlog or the endpoint's limits ahead of it?)"
+    ), reason
 
 
 def test_a_started_send_whose_lease_ran_out_stays_uncertain_not_expired(engine: Engine) -> None:
