@@ -149,7 +149,9 @@ def _round(
 ) -> dict[tuple[str, str], list[float]]:
     found: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for side in sides if r % 2 == 0 else sides[::-1]:
-        rate = history_side.drain(side, base, pid, args.burst)
+        rate, wrote = history_side.drain(side, base, pid, args.burst)
+        for what, value in wrote.items():
+            found[(side.name, what)].append(value)
         lat = history_side.latency(side, base, pid, args.rate, args.seconds)
         found[(side.name, "drain deliveries/s")].append(rate)
         found[(side.name, "latency p50 ms")].append(p(lat, 0.5))
@@ -161,7 +163,8 @@ def _round(
             found[(side.name, f"{kind} p99 ms")].append(p(samples, 0.99))
         print(
             f"round {r + 1} {side.name:8} drain {rate:8,.0f}/s  latency p50 {p(lat, 0.5):.1f}"
-            f" p99 {p(lat, 0.99):.1f} ms  status p50 {p(looked['GET /v1/status'], 0.5):.1f} ms",
+            f" p99 {p(lat, 0.99):.1f} ms  status p50 {p(looked['GET /v1/status'], 0.5):.1f} ms"
+            f"  WAL {wrote['drain WAL bytes/delivery']:,.0f} B/delivery",
             flush=True,
         )
     return found
@@ -169,12 +172,13 @@ def _round(
 
 def _report(found: dict[tuple[str, str], list[float]], sides: list[Side]) -> None:
     empty, full = sides
-    print(f"\n{'measurement':40} {'empty':>10} {'history':>10} {'ratio':>7}")
+    print(f"\n{'measurement':42} {'empty':>10} {'history':>10} {'ratio':>7}")
     for (name, what), values in sorted(found.items(), key=lambda kv: kv[0][1]):
         if name != empty.name:
             continue
         e, h = median(values), median(found[(full.name, what)])
-        print(f"{what:40} {e:10,.1f} {h:10,.1f} {h / e:7.2f}")
+        ratio = f"{h / e:7.2f}" if e else f"{'-':>7}"
+        print(f"{what:42} {e:10,.1f} {h:10,.1f} {ratio}")
     drain = [median(found[(s.name, "drain deliveries/s")]) for s in sides]
     audit = max(
         median(v)

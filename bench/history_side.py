@@ -22,7 +22,7 @@ import psycopg2
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from bench import contenders
+from bench import contenders, history_wal
 from bench.database import dsn
 from spark_outbox.api.app import create_app
 from spark_outbox.cli.tools import history
@@ -99,10 +99,12 @@ def dispatcher(side: Side, base: str, receiver_pid: int) -> Iterator[None]:
         contenders.stop_all([proc])
 
 
-def drain(side: Side, base: str, receiver_pid: int, n: int) -> float:
-    """Deliveries/s of a fresh committed batch of ``n`` effects, commit to last record."""
+def drain(side: Side, base: str, receiver_pid: int, n: int) -> tuple[float, dict[str, float]]:
+    """Deliveries/s of a fresh committed batch of ``n`` effects, commit to last record,
+    and what it wrote (``history_wal``)."""
     with dispatcher(side, base, receiver_pid):
         first = next_first(n)
+        before = history_wal.counters(side.engine)
         t0 = time.perf_counter()
         history.burst(
             side.engine, effects=n, first=first, endpoint="bench", recipients=side.recipients
@@ -110,8 +112,9 @@ def drain(side: Side, base: str, receiver_pid: int, n: int) -> float:
         while unfinished(side.engine, "bench"):
             time.sleep(0.02)
         elapsed = time.perf_counter() - t0
+        wrote = history_wal.per_delivery(before, history_wal.counters(side.engine), n)
     side.bursts.append((first, n))
-    return n / elapsed
+    return n / elapsed, wrote
 
 
 def latency(side: Side, base: str, receiver_pid: int, rate: float, seconds: float) -> list[float]:
