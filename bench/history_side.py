@@ -28,7 +28,7 @@ from spark_outbox.api.app import create_app
 from spark_outbox.cli.tools import history
 from spark_outbox.console import tokens
 from spark_outbox.core import counts, db
-from spark_outbox.core.endpoints import add_webhook
+from spark_outbox.core.endpoints import add_webhook, pause
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
 
@@ -51,7 +51,16 @@ class Side:
 
 
 def prepare(side: Side, base: str) -> None:
+    """The bench's endpoints at the receiver; the history's own paused: their last
+    day's pending effects, due an hour after the load, would otherwise be retried
+    against a closed port beside the history side's drains (a cost of due work,
+    not of the history), as they were in the runs of 2026-11-27 16:07."""
     with side.engine.begin() as conn:
+        for name in history.ENDPOINTS:
+            if conn.execute(
+                sa.text("SELECT 1 FROM endpoints WHERE name = :n AND enabled"), {"n": name}
+            ).first():
+                pause(conn, name, "bench history: its receivers are not running")
         for name, path in (("bench", "/hook"), ("lat", "/lat")):
             found = conn.execute(sa.text("SELECT 1 FROM endpoints WHERE name = :n"), {"n": name})
             if found.first() is None:
