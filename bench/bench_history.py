@@ -2,7 +2,8 @@
 history, side by side in one run.
 
     python -m bench history -- [--effects 10000000] [--burst 30000] [--rounds 3]
-                               [--reuse DATABASE] [--keep]
+                               [--reuse DATABASE] [--keep] [--cold]
+                               [--wal-compression {off,pglz,lz4,zstd}]
 
 The history (``spark_outbox.cli.tools.history``: markers, effects, attempts, the
 key ledger, rejects) is loaded in SQL into a database of the bench's own cluster
@@ -14,7 +15,9 @@ when done (``DROP DATABASE``). Beside it, a fresh database at the same head.
 
 Per round (the side going first alternates), on each side:
 1. a drain: a committed batch of ``--burst`` effects delivered by one
-   ``outbox dispatcher run`` process (its defaults) to a local receiver;
+   ``outbox dispatcher run`` process (its defaults) to a local receiver, and what
+   it wrote per delivery (``history_wal``: WAL, full-page images, buffers the
+   backends wrote themselves; ``--wal-compression`` tries a setting for the run);
 2. commit-to-first-attempt latency at ``--rate`` effects/s for ``--seconds``;
 3. audit lookups through the real app: by key, recipient, reference, batch and
    a filtered page (``--requests`` each; the history's effects on that side, the
@@ -35,7 +38,7 @@ import uuid
 
 import sqlalchemy as sa
 
-from bench import history_cluster, history_side
+from bench import history_cluster, history_side, history_wal
 from bench import receiver as bench_receiver
 from bench.bench_dispatch import uptime
 from bench.history_side import Side, median, p
@@ -56,6 +59,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--reuse", metavar="DATABASE", help="a history database kept before")
     ap.add_argument("--keep", action="store_true", help="keep the history database")
     ap.add_argument("--cold", action="store_true", help="measure without warming the keys")
+    ap.add_argument(
+        "--wal-compression",
+        choices=history_wal.WAL_COMPRESSION,
+        help="set wal_compression on the bench's cluster for the run (default: as it is)",
+    )
     return ap.parse_args(argv)
 
 
@@ -215,7 +223,10 @@ def main(argv: list[str]) -> int:
             engine = db.create_engine(url, pool_size=4)
             sides.append(Side(name, url, engine, loaded, recipients))
         found: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-        with bench_receiver.serve() as (base, pid):
+        with (
+            history_wal.wal_compression(empty_name, args.wal_compression),
+            bench_receiver.serve() as (base, pid),
+        ):
             for side in sides:
                 history_side.prepare(side, base)
                 if not args.cold:

@@ -15,8 +15,14 @@ is the only writer while it runs (autovacuum and the checkpointer aside).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+
+from bench import history_cluster
+from spark_outbox.core import db
 
 _COUNTERS = sa.text("""
 SELECT w.wal_bytes::float8 AS wal_bytes, w.wal_fpi::float8 AS wal_fpi,
@@ -45,3 +51,34 @@ def per_delivery(before: dict[str, float], after: dict[str, float], n: int) -> d
         name: (after[c] - before[c]) * scale / n if scale else after[c] - before[c]
         for name, c, scale in FIGURES
     }
+
+
+WAL_COMPRESSION = ("off", "pglz", "lz4", "zstd")
+
+
+@contextmanager
+def wal_compression(database: str, method: str | None) -> Iterator[None]:
+    """``wal_compression`` set cluster-wide for the run (``ALTER SYSTEM``, reloaded; reset
+    after): full-page images compressed. Needs the bench cluster's superuser."""
+    if method is None:
+        yield
+        return
+    if method not in WAL_COMPRESSION:
+        raise ValueError(f"--wal-compression {method!r}: one of {', '.join(WAL_COMPRESSION)}")
+    admin = history_cluster.admin_url(database)
+    if admin is None:
+        raise SystemExit("--wal-compression needs the bench's own cluster (no DATABASE_URL)")
+    engine = db.create_engine(admin, pool_size=1)
+
+    def alter(statement: str) -> None:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(statement))
+            conn.execute(sa.text("SELECT pg_reload_conf()"))
+
+    try:
+        alter(f"ALTER SYSTEM SET wal_compression = '{method}'")  # one of WAL_COMPRESSION
+        print(f"wal_compression = {method} (ALTER SYSTEM, reloaded)", flush=True)
+        yield
+    finally:
+        alter("ALTER SYSTEM RESET wal_compression")
+        engine.dispose()
