@@ -2,7 +2,8 @@
 history, side by side in one run.
 
     python -m bench history -- [--effects 10000000] [--burst 30000] [--rounds 3]
-                               [--reuse DATABASE] [--keep]
+                               [--reuse DATABASE] [--keep] [--cold]
+                               [--wal-compression {off,pglz,lz4,zstd}]
 
 The history (``spark_outbox.cli.tools.history``: markers, effects, attempts, the
 key ledger, rejects) is loaded in SQL into a database of the bench's own cluster
@@ -14,7 +15,9 @@ when done (``DROP DATABASE``). Beside it, a fresh database at the same head.
 
 Per round (the side going first alternates), on each side:
 1. a drain: a committed batch of ``--burst`` effects delivered by one
-   ``outbox dispatcher run`` process (its defaults) to a local receiver;
+   ``outbox dispatcher run`` process (its defaults) to a local receiver, and what
+   it wrote per delivery (``history_wal``: WAL, full-page images, buffers the
+   backends wrote themselves; ``--wal-compression`` tries a setting for the run);
 2. commit-to-first-attempt latency at ``--rate`` effects/s for ``--seconds``;
 3. audit lookups through the real app: by key, recipient, reference, batch and
    a filtered page (``--requests`` each; the history's effects on that side, the
@@ -35,7 +38,7 @@ import uuid
 
 import sqlalchemy as sa
 
-from bench import history_cluster, history_side
+from bench import history_cluster, history_side, history_wal
 from bench import receiver as bench_receiver
 from bench.bench_dispatch import uptime
 from bench.history_side import Side, median, p
@@ -56,6 +59,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--reuse", metavar="DATABASE", help="a history database kept before")
     ap.add_argument("--keep", action="store_true", help="keep the history database")
     ap.add_argument("--cold", action="store_true", help="measure without warming the keys")
+    ap.add_argument(
+        "--wal-compression",
+        choices=history_wal.WAL_COMPRESSION,
+        help="set wal_compression on the bench's cluster for the run (default: as it is)",
+    )
     return ap.parse_args(argv)
 
 
@@ -149,7 +157,9 @@ def _round(
 ) -> dict[tuple[str, str], list[float]]:
     found: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for side in sides if r % 2 == 0 else sides[::-1]:
-        rate = history_side.drain(side, base, pid, args.burst)
+        rate, wrote = history_side.drain(side, base, pid, args.burst)
+        for what, value in wrote.items():
+            found[(side.name, what)].append(value)
         lat = history_side.latency(side, base, pid, args.rate, args.seconds)
         found[(side.name, "drain deliveries/s")].append(rate)
         found[(side.name, "latency p50 ms")].append(p(lat, 0.5))
@@ -161,7 +171,8 @@ def _round(
             found[(side.name, f"{kind} p99 ms")].append(p(samples, 0.99))
         print(
             f"round {r + 1} {side.name:8} drain {rate:8,.0f}/s  latency p50 {p(lat, 0.5):.1f}"
-            f" p99 {p(lat, 0.99):.1f} ms  status p50 {p(looked['GET /v1/status'], 0.5):.1f} ms",
+            f" p99 {p(lat, 0.99):.1f} ms  status p50 {p(looked['GET /v1/status'], 0.5):.1f} ms"
+            f"  WAL {wrote['drain WAL bytes/delivery']:,.0f} B/delivery",
             flush=True,
         )
     return found
@@ -169,12 +180,13 @@ def _round(
 
 def _report(found: dict[tuple[str, str], list[float]], sides: list[Side]) -> None:
     empty, full = sides
-    print(f"\n{'measurement':40} {'empty':>10} {'history':>10} {'ratio':>7}")
+    print(f"\n{'measurement':42} {'empty':>10} {'history':>10} {'ratio':>7}")
     for (name, what), values in sorted(found.items(), key=lambda kv: kv[0][1]):
         if name != empty.name:
             continue
         e, h = median(values), median(found[(full.name, what)])
-        print(f"{what:40} {e:10,.1f} {h:10,.1f} {h / e:7.2f}")
+        ratio = f"{h / e:7.2f}" if e else f"{'-':>7}"
+        print(f"{what:42} {e:10,.1f} {h:10,.1f} {ratio}")
     drain = [median(found[(s.name, "drain deliveries/s")]) for s in sides]
     audit = max(
         median(v)
@@ -211,7 +223,10 @@ def main(argv: list[str]) -> int:
             engine = db.create_engine(url, pool_size=4)
             sides.append(Side(name, url, engine, loaded, recipients))
         found: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-        with bench_receiver.serve() as (base, pid):
+        with (
+            history_wal.wal_compression(empty_name, args.wal_compression),
+            bench_receiver.serve() as (base, pid),
+        ):
             for side in sides:
                 history_side.prepare(side, base)
                 if not args.cold:

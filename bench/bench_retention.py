@@ -150,7 +150,7 @@ def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) ->
     found: dict[str, float] = {}
     for kind in ("alone", "with") if c % 2 == 0 else ("with", "alone"):
         if kind == "alone":
-            found["drain alone /s"] = history_side.drain(side, base, pid, args.burst)
+            found["drain alone /s"] = history_side.drain(side, base, pid, args.burst)[0]
         else:
             rate, overlap = _drain_with_purge(side, base, pid, args.burst, purger)
             found["drain while purging /s"], found["purge overlap"] = rate, overlap
