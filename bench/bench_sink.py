@@ -562,7 +562,23 @@ def _truncate(url: str) -> None:
             "TRUNCATE effects, batches, deferred_effects, staged_rejects, staged_results, "
             "batch_runs CASCADE"
         )
+    with psycopg2.connect(_checkpointer()) as conn, conn.cursor() as cur:
         cur.execute("CHECKPOINT")
+
+
+def _checkpointer() -> str:
+    """Who may CHECKPOINT: the private cluster's bootstrap superuser (its application
+    role may not), or ``DATABASE_URL``'s role, which then needs pg_checkpoint."""
+    from spark_outbox.cli.tools.pgcluster import ADMIN_ROLE, PrivateCluster
+    from spark_outbox.core.settings import Settings
+
+    settings = Settings.from_env()
+    if settings.database_url:
+        return _libpq(settings.database_url)
+    info = PrivateCluster(settings.state_dir).ensure_running()
+    if info.admin_password is None:  # a cluster made before the roles were split
+        return _libpq(info.url)
+    return f"postgresql://{ADMIN_ROLE}:{info.admin_password}@127.0.0.1:{info.port}/postgres"
 
 
 def _fresh_database(server: str) -> str:

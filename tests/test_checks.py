@@ -366,3 +366,27 @@ def test_any_valid_row_survives_the_binary_copy_unchanged(
                 {"p": want["payload"], "k": key},
             ).scalar_one()
             assert same, key
+
+
+def test_a_wide_batch_of_clean_screened_and_bad_payloads_gets_each_rows_own_bytes_and_hash() -> (
+    None
+):
+    """The canonical bytes and digests of a batch are built in one buffer and patched
+    where the exact path replaces a row: every row, far into the batch, keeps its own."""
+    odd = ['{"a":1e-7}', "[1, 2]", "{not json", None, '{"b": 0.00001}', '{"a": NaN}']
+    batch_rows = [
+        {
+            "idempotency_key": effect_key("wide", i),
+            "endpoint": "hook",
+            "payload": odd[i // 7 % len(odd)]
+            if i % 7 == 3
+            else json.dumps({"n": i, "m": "é" * (i % 5)}),
+        }
+        for i in range(5_000)
+    ]
+    batch = _batch(batch_rows)
+    valid, rejects = checked_effects(batch, ENDPOINTS)
+    expected = [_expected(row) for row in batch.to_pylist()]
+    assert valid.num_rows == sum(v is not None for v, _ in expected) > 4_000
+    assert valid.to_pylist() == [v for v, _ in expected if v is not None]
+    assert rejects.column("reason").to_pylist() == [r["reason"] for _, r in expected if r]

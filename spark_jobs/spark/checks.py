@@ -18,6 +18,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from spark_outbox.core.errors import ArchivedEndpoint, InvalidEffect, UnknownEndpoint
 from spark_outbox.core.validation import (
     MAX_ORDERING_KEY_CHARS,
@@ -31,7 +33,6 @@ from spark_outbox.core.validation import (
     check_optional_text,
     check_supersedes,
     payload_bytes,
-    unscreened_canonical,
 )
 
 # Columns of a checked batch's valid rows, in the order the write path COPYs them.
@@ -61,6 +62,7 @@ _KEY_REGEX = r"^[0-9a-f]{64}$"
 # payload whose orjson bytes differ). The other alternatives are the wide screen's.
 COLUMN_SCREEN = r"\\u0000|[0-9]e[-+]|[:,\[]-?0\.0000"
 _VISIBLE = r"[!-~]"
+_NO_DIGEST = bytes(32)
 # The kind the driver hands over for an archived endpoint (commit.sql, endpoint_kinds).
 ARCHIVED = "archived"  # at least one printable ASCII character: str.strip() keeps it
 
@@ -127,8 +129,8 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
 
     Valid rows carry ``VALID_COLUMNS`` (payload canonical, hash computed);
     rejects carry ``reason`` and ``raw_row`` (the row as JSON text). Only the
-    payloads are handled row by row (orjson, then one digest), in
-    comprehensions; the rest is Arrow column operations. Rows the column checks
+    payloads are handled row by row (orjson, then one digest, in one loop into
+    one buffer); the rest is Arrow column operations. Rows the column checks
     do not clear get ``check_row``; cleared rows the screen flags get only the
     exact payload check (``payload_bytes``, enqueue's definition).
     """
@@ -139,36 +141,95 @@ def checked_effects(batch: Any, endpoints: Mapping[str, str]) -> tuple[Any, Any]
     column.setdefault("supersedes", pa.nulls(batch.num_rows, pa.string()))
     for name in ("not_before", "expires_at"):
         column[name] = timestamp_column(column.get(name), batch.num_rows)
-    cleared = pc.fill_null(_plain(column, endpoints), False).to_pylist()
-    texts = column["payload"].to_pylist()
-    canonical = [
-        unscreened_canonical(t) if ok else None for ok, t in zip(cleared, texts, strict=True)
-    ]
+    cleared = pc.fill_null(_plain(column, endpoints), False)
+    data, digests = _orjson_canonical(pc.if_else(cleared, column["payload"], None))
+    screened = _screened_out(data)
     reasons: list[str] = []
     raw_rows: list[str] = []
-    for i in _screened_out(canonical):
+    if screened:
+        data, failed = _exact(column, cleared.to_pylist(), screened, endpoints, data, digests)
+        reasons = [reason for reason, _ in failed]
+        raw_rows = [raw for _, raw in failed]
+    valid = {name: column[name] for name in VALID_COLUMNS if name in column}
+    valid["payload"] = data.cast(pa.large_string())  # valid UTF-8: orjson wrote it
+    valid["payload_sha256"] = _hex(digests, len(data))
+    if reasons:
+        mask = pc.is_valid(data)
+        valid = {name: pc.filter(values, mask) for name, values in valid.items()}
+    rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
+    return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
+
+
+def _orjson_canonical(payloads: Any) -> tuple[Any, bytearray]:
+    """orjson's sorted, compact bytes of each payload (``unscreened_canonical``) and
+    their SHA-256 digests (32 zero bytes where null). The one loop over rows in
+    Python: each row's bytes go into one buffer at once, which Arrow then takes
+    without a copy; keeping 10,000 of orjson's bytes objects alive instead cost
+    the executors ~3 us a row (bench/RESULTS.md, "sink CPU per row"). Null where the
+    payload is null or not JSON (the exact path says why); a non-object gives
+    bytes not starting with ``{``, which ``_screened_out`` catches."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    loads, dumps, sort_keys, sha256 = (
+        orjson.loads,
+        orjson.dumps,
+        orjson.OPT_SORT_KEYS,
+        hashlib.sha256,
+    )
+    body = bytearray()
+    digests = bytearray()
+    sizes: list[int | None] = []
+    for text in payloads.cast(pa.large_binary()).to_pylist():
+        try:
+            data = dumps(loads(text), option=sort_keys)
+        except (ValueError, TypeError):  # not JSON (or null): orjson's decode and encode errors
+            sizes.append(None)
+            digests += _NO_DIGEST
+            continue
+        body += data
+        sizes.append(len(data))
+        digests += sha256(data).digest()
+    lengths = pa.array(sizes, pa.int64())
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(pc.fill_null(lengths, 0).to_numpy(), out=offsets[1:])
+    validity = pc.is_valid(lengths).buffers()[1] if lengths.null_count else None
+    data = pa.Array.from_buffers(
+        pa.large_binary(), len(sizes), [validity, pa.py_buffer(offsets), pa.py_buffer(body)]
+    )
+    return data, digests
+
+
+def _exact(
+    column: Mapping[str, Any],
+    cleared: list[bool],
+    screened: list[int],
+    endpoints: Mapping[str, str],
+    data: Any,
+    digests: bytearray,
+) -> tuple[Any, list[tuple[str, str]]]:
+    """The screened rows through the exact checks: their canonical bytes and digests
+    replaced, null for a rejected row; (the new payloads, (reason, raw row) per reject)."""
+    import pyarrow as pa
+
+    canonical = data.to_pylist()
+    failed: list[tuple[str, str]] = []
+    for i in screened:
         if cleared[i]:  # only the payload can fail: no row dict unless it does
-            reason, data = _payload_only(texts[i])
+            reason, payload = _payload_only(column["payload"][i].as_py())
             row = None
         else:
             row = {name: values[i].as_py() for name, values in column.items()}
-            reason, data = check_row(row, endpoints)
+            reason, payload = check_row(row, endpoints)
         if reason is None:
-            canonical[i] = data
+            canonical[i] = payload
+            digests[32 * i : 32 * i + 32] = hashlib.sha256(payload).digest()
         else:
+            canonical[i] = None
             row = row or {name: values[i].as_py() for name, values in column.items()}
-            reasons.append(reason)
-            raw_rows.append(raw_json(row))
-    good = [data for data in canonical if data is not None]
-    valid = {name: column[name] for name in VALID_COLUMNS if name in column}
-    if reasons:
-        mask = pa.array([data is not None for data in canonical], pa.bool_())
-        valid = {name: pc.filter(values, mask) for name, values in valid.items()}
-    # Valid UTF-8 by construction; the cast checks it in C, no Python decode per row.
-    valid["payload"] = pa.array(good, pa.binary()).cast(pa.string())
-    valid["payload_sha256"] = _sha256_hex(good)
-    rejects = pa.table({"reason": pa.array(reasons, pa.string()), "raw_row": raw_rows})
-    return pa.table({name: valid[name] for name in VALID_COLUMNS}), rejects
+            failed.append((reason, raw_json(row)))
+    return pa.array(canonical, pa.large_binary()), failed
 
 
 def timestamp_column(values: Any, rows: int) -> Any:
@@ -183,32 +244,28 @@ def timestamp_column(values: Any, rows: int) -> Any:
     return values.cast(utc)
 
 
-def _sha256_hex(good: list[bytes]) -> Any:
-    """``payload_sha256`` of each payload as a string array: one C call per row (the
-    digest), then one hex conversion for the whole column."""
+def _hex(digests: bytearray, rows: int) -> Any:
+    """``payload_sha256`` of each row as a string array: the digests in hex, converted
+    for the whole column at once."""
     import pyarrow as pa
 
-    sha256 = hashlib.sha256
-    digests = binascii.hexlify(b"".join([sha256(data).digest() for data in good]))
-    hexed = pa.Array.from_buffers(pa.binary(64), len(good), [None, pa.py_buffer(digests)])
-    return hexed.cast(pa.string())
+    hexed = binascii.hexlify(digests)
+    return pa.Array.from_buffers(pa.binary(64), rows, [None, pa.py_buffer(hexed)]).cast(pa.string())
 
 
-def _screened_out(canonical: list[bytes | None]) -> list[int]:
-    """Rows the fast path did not clear, or whose bytes ``COLUMN_SCREEN`` (the screen
-    ``payload_bytes`` applies, narrowed, here run by RE2 over the column) sends to the
-    exact path; those rows get the exact check, and their bytes are replaced."""
-    import pyarrow as pa
+def _screened_out(data: Any) -> list[int]:
+    """Rows the fast path did not clear (null), whose bytes are not a JSON object's,
+    or whose bytes ``COLUMN_SCREEN`` (the screen ``payload_bytes`` applies, narrowed,
+    here run by RE2 over the column) sends to the exact path; those rows get the
+    exact check, and their bytes are replaced."""
     import pyarrow.compute as pc
 
-    data = pa.array(canonical, pa.large_binary())
     suspect = pc.or_kleene(
         pc.match_substring_regex(data, COLUMN_SCREEN),
         pc.greater(pc.binary_length(data), MAX_PAYLOAD_BYTES),
     )
+    suspect = pc.or_kleene(suspect, pc.invert(pc.starts_with(data, "{")))
     rows: list[int] = pc.indices_nonzero(pc.fill_null(suspect, True)).to_pylist()
-    for i in rows:
-        canonical[i] = None
     return rows
 
 
