@@ -32,7 +32,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -167,10 +167,17 @@ class StandaloneCluster:
         alive = status.get("aliveworkers")
         return alive if isinstance(alive, int) else 0
 
-    def executor_logs(self) -> str:
-        """Every executor's stderr (``work/<app>/<executor>/stderr``), one after another."""
+    def apps(self) -> set[str]:
+        """The applications that ran executors here (``work/<app>``), finished ones too:
+        a cluster shared by several jobs tells one job's executors from another's."""
+        return {app.name for app in (self.work_dir / "work").glob("app-*")}
+
+    def executor_logs(self, apps: Collection[str] | None = None) -> str:
+        """Every executor's stderr (``work/<app>/<executor>/stderr``), one after another;
+        only those of ``apps`` when given."""
         logs = sorted((self.work_dir / "work").glob("*/*/stderr"))
-        return "".join(log.read_text(errors="replace") for log in logs)
+        chosen = [log for log in logs if apps is None or log.parent.parent.name in apps]
+        return "".join(log.read_text(errors="replace") for log in chosen)
 
     def executor_pids(self) -> list[int]:
         """PIDs of the executor JVMs our workers launched: found by their command line,

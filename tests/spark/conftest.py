@@ -1,10 +1,14 @@
-"""One SparkSession (local[2]) for the whole Spark test run: it takes seconds to start."""
+"""One SparkSession (local[2]) for the whole Spark test run: it takes seconds to start.
+One standalone cluster too (a master and two one-core workers: three JVMs, the
+better part of a minute to start on a busy machine), for every test that runs a job
+on one; each test gets it idle (no executor of an earlier job left)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,3 +91,34 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two one-core workers, so executors are separate JVMs that can die on their own.
+    No PYTHONPATH reaches the executors: this repository is not on their path. What a
+    test wants of its executors (a pause at a phase) it asks per job, with
+    ``spark.executorEnv`` (``executor_env``), not of the shared workers."""
+    from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
+
+    cluster = StandaloneCluster(
+        tmp_path_factory.mktemp("cluster"), workers=2, env={"PYTHONPATH": None}
+    )
+    try:
+        yield cluster.start(timeout_s=300)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(standalone_cluster: Any) -> Any:
+    """The shared cluster once it is idle: both workers alive and every executor of an
+    earlier job gone (its workers end them after the job; that takes a moment)."""
+    deadline = time.monotonic() + 120
+    while standalone_cluster.executor_pids() or standalone_cluster.alive_workers() != 2:
+        assert time.monotonic() < deadline, (
+            f"cluster not idle: executors {standalone_cluster.executor_pids()}, "
+            f"{standalone_cluster.alive_workers()} workers alive"
+        )
+        time.sleep(0.2)
+    return standalone_cluster

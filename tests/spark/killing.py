@@ -36,6 +36,14 @@ def billing_command(*args: str) -> list[str]:
     ]
 
 
+def executor_env(**env: str) -> dict[str, str]:
+    """A driver's environment giving its executors on a cluster ``env``, for this job
+    alone (``spark.executorEnv``, which ``spark-submit`` reads from PYSPARK_SUBMIT_ARGS):
+    the cluster's workers are shared by the tests."""
+    confs = [a for k, v in env.items() for a in ("--conf", f"spark.executorEnv.{k}={v}")]
+    return {"PYSPARK_SUBMIT_ARGS": " ".join([*confs, "pyspark-shell"])}
+
+
 class Driver:
     """A driver subprocess whose stderr phase lines (``outbox-phase: x``) can be awaited.
 

@@ -1,7 +1,7 @@
 """The billing job on a real Spark standalone cluster (a master and two workers on
-loopback, started from the installed PySpark), with one executor JVM killed
-in the middle of a batch's effects write: Spark re-runs the lost tasks and the
-database ends identical to one clean run (results, effect keys and payload
+loopback, started from the installed PySpark, shared by the cluster tests), with
+one executor JVM killed in the middle of a batch's effects write: Spark re-runs the
+lost tasks and the database ends identical to one clean run (results, effect keys and payload
 hashes, markers, rejects). The streaming job too, with its driver also killed
 between two micro-batches and restarted from its checkpoint.
 
@@ -24,12 +24,11 @@ from sqlalchemy.engine import Engine
 
 from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
-from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 from spark_outbox.spark import shipping
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, run_state, table
-from tests.spark.killing import Driver, billing_command
+from tests.spark.killing import Driver, billing_command, executor_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DATES = ("2026-01-01",)  # one day: a batch of 4 effect tasks on 2 one-core executors
@@ -62,6 +61,7 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
     second_db: tuple[str, Engine],
     tmp_path: Path,
     executor_python: Path,
+    cluster: Any,
 ) -> None:
     events = tmp_path / "events"
     generate(events, customers=12, events=300, seed=21, bad_rows=3, days=len(DATES))
@@ -73,23 +73,20 @@ def test_executor_jvm_killed_mid_write_on_a_standalone_cluster_equals_a_clean_ru
 
     # Every executor's task pauses 3 s after its first chunk of effects is in the
     # outbox (invisible), so the kill lands mid-write by construction. No PYTHONPATH
-    # reaches the executors: this repository is not on their path.
-    pause: dict[str, str | None] = {
-        "OUTBOX_SPARK_PHASES": "effects_written:3",
-        "PYTHONPATH": None,
-    }
-    with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
-        args = ["--mode", "batch", "--input", str(events), "--master", cluster.master_url]
-        command = billing_command(*args, *(a for d in DATES for a in ("--date", d)))
-        driver = Driver(command, db_url, env={"PYSPARK_PYTHON": str(executor_python)})
-        assert driver.wait_for("writing", timeout_s=300)
-        invisible = _wait_for_invisible_rows(engine, driver)
-        victims = cluster.executor_pids()
-        assert len(victims) == 2, victims
-        os.kill(victims[0], signal.SIGKILL)
-        out = driver.finish(timeout_s=600)
-        replacement = cluster.executor_pids()
-        code = _PAUSED_IN.findall(cluster.executor_logs())
+    # reaches the executors (the cluster's): this repository is not on their path.
+    pause = executor_env(OUTBOX_SPARK_PHASES="effects_written:3")
+    before = cluster.apps()
+    args = ["--mode", "batch", "--input", str(events), "--master", cluster.master_url]
+    command = billing_command(*args, *(a for d in DATES for a in ("--date", d)))
+    driver = Driver(command, db_url, env={**pause, "PYSPARK_PYTHON": str(executor_python)})
+    assert driver.wait_for("writing", timeout_s=300)
+    invisible = _wait_for_invisible_rows(engine, driver)
+    victims = cluster.executor_pids()
+    assert len(victims) == 2, victims
+    os.kill(victims[0], signal.SIGKILL)
+    out = driver.finish(timeout_s=600)
+    replacement = cluster.executor_pids()
+    code = _PAUSED_IN.findall(cluster.executor_logs(cluster.apps() - before))
     # Each executor ran the sink's code from the zip the driver shipped.
     shipped = f"{shipping.zip_name()}/spark_outbox/spark/phases.py"
     assert len(code) >= 2 and all(c.endswith(shipped) for c in code), code
@@ -123,6 +120,7 @@ def test_stream_on_a_cluster_with_an_executor_killed_mid_batch_and_the_driver_be
     second_db: tuple[str, Engine],
     tmp_path: Path,
     executor_python: Path,
+    cluster: Any,
 ) -> None:
     events = tmp_path / "events"
     generate(events, customers=6, events=120, seed=23, bad_rows=2, days=2)
@@ -135,28 +133,26 @@ def test_stream_on_a_cluster_with_an_executor_killed_mid_batch_and_the_driver_be
         query.awaitTermination()
     expected = run_state(clean, stream=True)
 
-    # Executors pause 3 s after their first chunk of effects (the kill lands mid-write);
-    # the driver pauses 30 s after each commit (its kill lands between micro-batches).
-    pause: dict[str, str | None] = {"OUTBOX_SPARK_PHASES": "effects_written:3", "PYTHONPATH": None}
-    with StandaloneCluster(tmp_path / "cluster", workers=2, env=pause) as cluster:
-        args = ["--mode", "stream", "--input", str(events), "--master", cluster.master_url]
-        command = billing_command(*args, "--checkpoint", str(tmp_path / "cp"), "--available-now")
-        executors = {"PYSPARK_PYTHON": str(executor_python)}
-        driver = Driver(
-            command, db_url, env={**executors, "OUTBOX_SPARK_PHASES": "after_commit:30"}
-        )
-        assert driver.wait_for("writing", timeout_s=300)
-        _wait_for_invisible_rows(engine, driver)
-        victims = cluster.executor_pids()
-        assert len(victims) == 2, victims
-        os.kill(victims[0], signal.SIGKILL)
-        driver.forget_phases()
-        committed = driver.wait_for("after_commit", timeout_s=600)  # the killed batch did
-        assert committed, f"driver exited: {driver.stderr[-30:]}"
-        driver.kill()  # paused after that commit: between two micro-batches
-        committed_before_restart = int(table(engine, "SELECT count(*) FROM batches")[0][0])
-        Driver(command, db_url, env=executors).finish(timeout_s=900)
-        replacement = cluster.executor_pids()
+    # The first driver's executors pause 3 s after their first chunk of effects (the
+    # kill lands mid-write); the driver pauses 30 s after each commit (its kill lands
+    # between micro-batches). The restarted driver's executors do not pause.
+    args = ["--mode", "stream", "--input", str(events), "--master", cluster.master_url]
+    command = billing_command(*args, "--checkpoint", str(tmp_path / "cp"), "--available-now")
+    executors = {"PYSPARK_PYTHON": str(executor_python)}
+    pause = {**executor_env(OUTBOX_SPARK_PHASES="effects_written:3"), **executors}
+    driver = Driver(command, db_url, env={**pause, "OUTBOX_SPARK_PHASES": "after_commit:30"})
+    assert driver.wait_for("writing", timeout_s=300)
+    _wait_for_invisible_rows(engine, driver)
+    victims = cluster.executor_pids()
+    assert len(victims) == 2, victims
+    os.kill(victims[0], signal.SIGKILL)
+    driver.forget_phases()
+    committed = driver.wait_for("after_commit", timeout_s=600)  # the killed batch did
+    assert committed, f"driver exited: {driver.stderr[-30:]}"
+    driver.kill()  # paused after that commit: between two micro-batches
+    committed_before_restart = int(table(engine, "SELECT count(*) FROM batches")[0][0])
+    Driver(command, db_url, env=executors).finish(timeout_s=900)
+    replacement = cluster.executor_pids()
     assert committed_before_restart >= 1 and victims[0] not in replacement
     assert run_state(engine, stream=True) == expected
     assert_invariants(engine)

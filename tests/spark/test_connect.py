@@ -165,20 +165,18 @@ def test_billing_through_a_connect_server_on_the_standalone_cluster_equals_a_cla
     second_db: tuple[str, Engine],
     events: Path,
     tmp_path: Path,
+    cluster: Any,
 ) -> None:
-    """The server's master is a standalone cluster (two one-core workers on loopback):
-    its executors, separate JVMs, write the batch; the commit is the client's."""
+    """The server's master is a standalone cluster (two one-core workers on loopback,
+    shared by the cluster tests): its executors, separate JVMs, write the batch; the
+    commit is the client's."""
     from spark_outbox.cli.tools.connectserver import ConnectServer
-    from spark_outbox.cli.tools.sparkcluster import StandaloneCluster
 
     classic_url, classic = second_db
     for e in (engine, classic):
         insert_billing_endpoints(e)
     billing_run.run_batch(spark, events, DATE, classic_url)
-    with (
-        StandaloneCluster(tmp_path / "cluster", workers=2) as cluster,
-        ConnectServer(tmp_path / "server", master=cluster.master_url) as server,
-    ):
+    with ConnectServer(tmp_path / "server", master=cluster.master_url) as server:
         outcome = _billing(server, db_url, events)
         ran_on = len(cluster.executor_pids())
     assert outcome["status"] == "committed"
