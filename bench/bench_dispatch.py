@@ -47,6 +47,7 @@ e-mails to an endpoint that cannot deduplicate (uncertain effects per kill).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -56,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench import contenders, cpu, crash, valves
+from bench.bench_dispatch_explain import explained
 from bench.database import bench_database, load
 from bench.receiver import serve
 
@@ -342,6 +344,13 @@ def main(argv: list[str]) -> int:
         help="the latency rounds also run the dispatcher (default processes) of the checkout at"
         " PATH, interleaved (e.g. `git archive main` unpacked: before and after a change)",
     )
+    parser.add_argument(
+        "--auto-explain-ms",
+        type=int,
+        default=0,
+        help="run on a private cluster with auto_explain: plans of statements slower than this"
+        " go to its log (bench/bench_dispatch_explain.py); 0: off",
+    )
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
     parser.add_argument(
         "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
@@ -371,6 +380,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     CONTENDERS.extend(_added(args.settings, args.code, args.tracing))
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if args.auto_explain_ms > 0:
+            log_file = stack.enter_context(explained(args.auto_explain_ms))
+            print(f"auto_explain > {args.auto_explain_ms} ms: plans in {log_file}", flush=True)
+        _bench(args)
+    print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> None:
     with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)
         ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=receiver_pid)
@@ -399,8 +418,6 @@ def main(argv: list[str]) -> int:
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
-    print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")
-    return 0
 
 
 if __name__ == "__main__":
