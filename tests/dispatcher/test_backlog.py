@@ -8,11 +8,14 @@ a sender in one queue behind up to a batch of the backlog's."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import time
 
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core.endpoints import add_webhook
@@ -116,3 +119,38 @@ def test_a_fresh_effect_is_sent_before_most_of_another_endpoints_backlog(
     assert len(backlog_at) == BACKLOG  # the backlog was delivered too
     between = sum(committed[0] <= at < arrived for at in backlog_at)
     assert between < 100, (between, arrived - committed[0])
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    due=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    limit=st.integers(1, 40),
+)
+def test_a_claim_gives_each_endpoint_its_fair_share_of_the_batch(
+    engine: Engine, due: list[int], limit: int
+) -> None:
+    """The law, against real PostgreSQL: with n endpoints with something due, an
+    endpoint gets at most ceil(limit / n) and at most what it has due; the claim
+    takes all it may (the limit, or every share); an endpoint with something due
+    gets at least one when the limit reaches n."""
+    names = [f"e{i}" for i in range(len(due))]
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM key_ledger"))
+        conn.execute(sa.text("DELETE FROM effects"))
+        conn.execute(sa.text("DELETE FROM endpoint_budgets"))
+        conn.execute(sa.text("DELETE FROM endpoints"))
+    for name, n in zip(names, due, strict=True):
+        insert_endpoint(engine, name)
+        _backlog(engine, name, n)
+    taken = collections.Counter(c.endpoint for c in store.claim(engine, "w", limit, 30))
+    n_due = sum(1 for n in due if n)
+    fair = -(-limit // max(1, n_due))
+    for name, n in zip(names, due, strict=True):
+        assert taken[name] <= min(n, fair), (name, taken)
+        if n and limit >= n_due:
+            assert taken[name] >= 1, (name, taken)
+    assert taken.total() == min(limit, sum(min(n, fair) for n in due)), taken
