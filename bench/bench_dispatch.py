@@ -49,15 +49,17 @@ e-mails to an endpoint that cannot deduplicate (uncertain effects per kill).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench import contenders, cpu, crash, valves
+from bench.bench_dispatch_explain import explained
 from bench.database import bench_database, load
 from bench.receiver import serve
 
@@ -245,26 +247,35 @@ def _valve_ratio(runs: Runs) -> None:
 
 
 def latency(
-    ctx: contenders.Ctx, rate: float, seconds: float, rounds: int, backlog: int = 0
+    ctx: contenders.Ctx,
+    rate: float,
+    seconds: float,
+    rounds: int,
+    backlog: int = 0,
+    codes: Sequence[str] = (),
 ) -> None:
-    """p50/p99 commit-to-arrival, with one worker process and with the default, in
-    interleaved rounds (the machine is noisy: one run can be off by 2x); medians.
-    ``backlog``: with that many older effects of another endpoint due meanwhile."""
+    """p50/p99 commit-to-arrival, with one worker process and with the default (and
+    the default of each checkout in ``codes``), in interleaved rounds (the machine is
+    noisy: one run can be off by 2x); medians. ``backlog``: with that many older
+    effects of another endpoint due meanwhile. Each line also says commit-to-send-start
+    (the first attempt's start): the wait before a sender, apart from the send."""
+    variants = [("1", 1, ""), (f"default ({contenders.cores()})", 0, "")]
+    variants += [(f"default, code {c}", 0, c) for c in codes]
     results: dict[str, list[tuple[float, float]]] = {}
     under = f" beside {backlog:,} older effects due elsewhere" if backlog else ""
     for r in range(rounds):
-        for processes in (1, 0) if r % 2 == 0 else (0, 1):
+        for label, processes, code in variants if r % 2 == 0 else variants[::-1]:
             lat_ms, achieved, failed = contenders.latency(
-                ctx, rate, seconds, processes, backlog=backlog
+                ctx, rate, seconds, processes, backlog=backlog, code=code or contenders.ROOT
             )
-            p50 = statistics.median(lat_ms)
-            p99 = lat_ms[min(len(lat_ms) - 1, int(len(lat_ms) * 0.99))]
-            label = "1" if processes == 1 else f"default ({contenders.cores()})"
+            p50, p99 = _p50_p99(lat_ms)
+            s50, s99 = _p50_p99(contenders.LAST_SEND_STARTS or [float("nan")])
             results.setdefault(label, []).append((p50, p99))
             print(
                 f"round {r + 1}: commit-to-arrival{under}, dispatcher --processes {label}: asked "
                 f"{rate:,.0f}/s, got {achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, "
-                f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms; attempts not delivered: {failed}",
+                f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms (commit-to-send-start p50 "
+                f"{s50:.1f} ms, p99 {s99:.1f} ms); attempts not delivered: {failed}",
                 flush=True,
             )
     for label, runs in results.items():
@@ -275,6 +286,12 @@ def latency(
             f"({', '.join(f'{p:.1f}' for p in p50s)}), p99 {statistics.median(p99s):.1f} ms "
             f"({', '.join(f'{p:.1f}' for p in p99s)})"
         )
+
+
+def _p50_p99(sorted_ms: list[float]) -> tuple[float, float]:
+    return statistics.median(sorted_ms), sorted_ms[
+        min(len(sorted_ms) - 1, int(len(sorted_ms) * 0.99))
+    ]
 
 
 def _added(
@@ -326,6 +343,21 @@ def main(argv: list[str]) -> int:
         help="the crash window (bench/crash.py): re-sends and uncertain e-mails per kill -9 of"
         " the dispatcher at its defaults over this many kills; 0: skip",
     )
+    parser.add_argument(
+        "--latency-code",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="the latency rounds also run the dispatcher (default processes) of the checkout at"
+        " PATH, interleaved (e.g. `git archive main` unpacked: before and after a change)",
+    )
+    parser.add_argument(
+        "--auto-explain-ms",
+        type=int,
+        default=0,
+        help="run on a private cluster with auto_explain: plans of statements slower than this"
+        " go to its log (bench/bench_dispatch_explain.py); 0: off",
+    )
     parser.add_argument("--only", nargs="*", default=[], help="contenders whose name has this")
     parser.add_argument(
         "--valves", action="store_true", help="held-batch exclusion vs main's view, no latency"
@@ -361,6 +393,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     CONTENDERS.extend(_added(args.settings, args.code, args.tracing, args.uncounted))
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if args.auto_explain_ms > 0:
+            log_file = stack.enter_context(explained(args.auto_explain_ms))
+            print(f"auto_explain > {args.auto_explain_ms} ms: plans in {log_file}", flush=True)
+        _bench(args)
+    print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> None:
     with serve() as (base, receiver_pid), bench_database() as url:
         engine = load(url, base)
         ctx = contenders.Ctx(url=url, base=base, engine=engine, receiver_pid=receiver_pid)
@@ -372,7 +414,8 @@ def main(argv: list[str]) -> int:
                 if args.valves:
                     _valve_ratio(runs)
             if args.latency_s > 0 and not args.valves:
-                latency(ctx, args.rate, args.latency_s, args.latency_rounds)
+                codes = args.latency_code
+                latency(ctx, args.rate, args.latency_s, args.latency_rounds, codes=codes)
                 if args.backlog > 0:
                     if args.history > 0:
                         contenders._reset(ctx.engine)
@@ -381,14 +424,13 @@ def main(argv: list[str]) -> int:
                         took = time.perf_counter() - t0
                         print(f"\nloaded a history of {args.history:,} delivered effects in "
                               f"{took:.0f} s", flush=True)  # fmt: skip
-                    latency(ctx, args.rate, args.latency_s, args.latency_rounds, args.backlog)
+                    rounds = args.latency_rounds
+                    latency(ctx, args.rate, args.latency_s, rounds, args.backlog, codes)
             if args.kills > 0 and not args.valves:
                 print(flush=True)
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
-    print(f"end {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}; cores {os.cpu_count()}")
-    return 0
 
 
 if __name__ == "__main__":

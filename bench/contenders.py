@@ -320,6 +320,7 @@ def latency(
     processes: int = 0,
     producers: int = 4,
     backlog: int = 0,
+    code: Path | str = ROOT,
 ) -> tuple[list[float], float, str]:
     """Commit-to-arrival latencies (ms, sorted) at a steady ``rate``; the rate achieved;
     the attempts that did not deliver, by outcome and error (a long tail's cause).
@@ -339,7 +340,7 @@ def latency(
     else:
         _reset(ctx.engine)
     committed: dict[str, float] = {}
-    proc = start_dispatchers(ctx, processes)
+    proc = start_dispatchers(ctx, processes, code=code)
     start = time.perf_counter() + 0.1
     total = int(rate * seconds)
     try:
@@ -364,7 +365,28 @@ def latency(
     first: dict[str, float] = {}
     for key, at in arrivals:
         first.setdefault(key, at)
+    LAST_SEND_STARTS[:] = sorted(
+        (at - committed[k]) * 1000 for k, at in _send_starts(ctx.engine).items() if k in committed
+    )
     return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved, failed
+
+
+# The last latency round's commit-to-send-start times (ms, sorted): where the wait is,
+# in the database and the worker's queue or in the send (bench dispatch prints them).
+LAST_SEND_STARTS: list[float] = []
+
+
+def _send_starts(engine: Engine) -> dict[str, float]:
+    """Each fresh (``lat``) effect's first attempt's start (the worker's clock, epoch s)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT e.idempotency_key, min(EXTRACT(EPOCH FROM a.started_at))"
+                " FROM effects e JOIN delivery_attempts a ON a.effect_id = e.id"
+                " WHERE e.endpoint = 'lat' GROUP BY 1"
+            )
+        ).all()
+    return {k: float(at) for k, at in rows}
 
 
 def _reset_latency(engine: Engine, backlog: int) -> None:

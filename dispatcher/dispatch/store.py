@@ -174,9 +174,9 @@ class Statements:
         claim, then rounded down to its statement's size."""
         short = self.prepared and _prepared.is_short(self._last_claimed, self._batch_size)
         limit = _prepared.size_of(room, self._batch_size) if short else room
-        effects = claim(engine, worker_id, limit, lease_s, prepared=short)
-        self._last_claimed = len(effects)
-        return Claim(effects, full=len(effects) == limit)
+        leased = lease(engine, worker_id, limit, lease_s, prepared=short)
+        self._last_claimed = len(leased.effects)
+        return leased
 
     def record(
         self, engine: Engine, worker_id: str, results: Sequence[Result]
@@ -188,7 +188,15 @@ class Statements:
 def claim(
     engine: Engine, worker_id: str, limit: int, lease_s: float, *, prepared: bool = False
 ) -> list[Claimed]:
-    """Lease up to ``limit`` due effects; keys already delivered are settled, not returned.
+    """Lease up to ``limit`` due effects; keys already delivered are settled, not returned."""
+    return lease(engine, worker_id, limit, lease_s, prepared=prepared).effects
+
+
+def lease(
+    engine: Engine, worker_id: str, limit: int, lease_s: float, *, prepared: bool = False
+) -> Claim:
+    """``claim``, and whether more may be due: the claim took ``limit`` rows, or an
+    endpoint filled its fair share of them (store.sql).
 
     ``prepared``: run the claim as a statement prepared once per connection and
     ``limit`` (``spark_outbox.dispatch.prepared``: planning was ~70 % of a small claim's cost);
@@ -205,7 +213,7 @@ def claim(
             sizes = {"limit": limit, "window": CLAIM_WINDOW}
             rows = conn.execute(_Q["claim"], params | sizes).all()
     # Positional, in the order of the claim's RETURNING list (cheaper than mappings).
-    return [
+    effects = [
         Claimed(
             id=r[0],
             idempotency_key=r[1],
@@ -220,6 +228,7 @@ def claim(
         for r in rows
         if not r[7]
     ]
+    return Claim(effects, full=len(rows) >= limit or any(r[9] for r in rows))
 
 
 # How many due rows of an ordered endpoint one claim looks at, at most (its front,

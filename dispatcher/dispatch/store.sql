@@ -1,8 +1,13 @@
 -- name: claim
 -- Lease up to :limit due effects (first claims and expired leases alike; the
 -- due_effects view is the one definition of "due"), taking each endpoint's share
--- from its own range of ix_effects_due, endpoints in a random order per claim (so
--- no endpoint's backlog starves another's); SKIP LOCKED lets any number of
+-- from its own range of ix_effects_due. Each endpoint with something due gets a
+-- fair share (:limit over their number, rounded up) and the rows are taken round
+-- robin (each endpoint's first, then its second, ...) up to :limit, so a fresh
+-- effect is claimed beside a backlog of another endpoint, not after it (a claim
+-- taking endpoints in turn until :limit gave the backlog the whole batch in
+-- half the claims); `capped` says an endpoint had more due than its fair share
+-- (the worker claims again at once). SKIP LOCKED lets any number of
 -- workers claim side by side. Limits hold for all dispatchers together: an
 -- endpoint with a rate limit or max_in_flight has its endpoint_budgets row locked
 -- and spent in this same statement (its share is at most the tokens left and the
@@ -23,7 +28,14 @@ WITH RECURSIVE present(endpoint) AS (
 ), turns AS (
     SELECT p.endpoint, ep.rate_limit_per_s AS rate_per_s, ep.max_in_flight,
            (ep.rate_limit_per_s IS NOT NULL OR ep.max_in_flight IS NOT NULL) AS limited,
-           COALESCE(ep.ordered, false) AS ordered
+           COALESCE(ep.ordered, false) AS ordered,
+           -- :limit shared by the endpoints with a due row: each one's earliest, one
+           -- descent of ix_effects_due (the ORDER BY keeps it there: an EXISTS was
+           -- planned as a sequential scan of effects)
+           CAST(ceil(:limit / GREATEST(1.0, count(*) FILTER (WHERE (
+               SELECT f.next_attempt_at FROM effects f
+               WHERE f.endpoint = p.endpoint AND f.state IN ('pending', 'leased')
+               ORDER BY f.next_attempt_at LIMIT 1) <= now()) OVER ())) AS int) AS fair
     FROM present p
     LEFT JOIN endpoints ep ON ep.name = p.endpoint
     LEFT JOIN endpoint_budgets b ON b.endpoint = p.endpoint
@@ -39,7 +51,10 @@ WITH RECURSIVE present(endpoint) AS (
     -- while another claim holds it, this claim skips the endpoint (share 0): a
     -- claim never waits for a lock.
     SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
-           e.id, e.idempotency_key, e.state, e.resend_action_id
+           e.id, e.idempotency_key, e.state, e.resend_action_id,
+           -- the fair share bound and was filled: more of this endpoint may be due
+           share.n >= t.fair AND count(*) OVER (PARTITION BY t.endpoint) >= share.n AS capped,
+           row_number() OVER (PARTITION BY t.endpoint) AS turn
     FROM turns t
     LEFT JOIN LATERAL (
         -- The bucket refilled to this moment (NULL without a rate limit), the room
@@ -58,9 +73,9 @@ WITH RECURSIVE present(endpoint) AS (
     CROSS JOIN LATERAL (
         -- The endpoint's share: (LEAST ignores NULLs: a limit the endpoint does not
         -- have.) No budget row in hand (another claim holds it): no share this time.
-        SELECT CASE WHEN NOT t.limited THEN :limit
+        SELECT CASE WHEN NOT t.limited THEN t.fair
                     WHEN s.at IS NULL THEN 0
-                    ELSE GREATEST(0, LEAST(:limit, floor(s.tokens), s.room))
+                    ELSE GREATEST(0, LEAST(t.fair, floor(s.tokens), s.room))
                END AS n
     ) share
     CROSS JOIN LATERAL (
@@ -74,18 +89,28 @@ WITH RECURSIVE present(endpoint) AS (
               LIMIT share.n
               FOR UPDATE OF e SKIP LOCKED) u
         UNION ALL
-        -- Ordered: only the front :window due rows are looked at, each probed for
-        -- an earlier unfinished effect of its key and, if claimable, locked by its
-        -- id. A claim's cost stays bounded however deep a key is before the parking
-        -- pass parks its waiting effects (which looks at the same front): 100,000
-        -- waiting effects of one key took 634-771 ms a claim, each walked and probed.
+        -- Ordered: only the front :window due rows are looked at, and of each key
+        -- only its earliest there (a later one has an earlier unfinished effect: that
+        -- one), probed for an earlier unfinished effect of its key and, if claimable,
+        -- locked by its id, in due order. A claim's cost stays bounded however deep a
+        -- key is before the parking pass parks its waiting effects (which looks at the
+        -- same front): 100,000 waiting effects of one key took 634-771 ms a claim,
+        -- each walked and probed; probing each of the front's 1,000 took ~8 ms.
         SELECT o.id, o.idempotency_key, o.state, o.resend_action_id
         FROM (SELECT c.id, c.idempotency_key, c.state, c.resend_action_id
-              FROM (SELECT f.id FROM effects f
-                    WHERE t.ordered AND f.endpoint = t.endpoint
-                      AND f.state IN ('pending', 'leased') AND f.next_attempt_at <= now()
-                    ORDER BY f.next_attempt_at
-                    LIMIT :window) front
+              FROM (SELECT k.id FROM (
+                        SELECT DISTINCT ON (COALESCE(w.ordering_key, CAST(w.id AS text)))
+                               w.id, w.next_attempt_at
+                        FROM (SELECT f.id, f.ordering_key, f.created_at, f.next_attempt_at
+                              FROM effects f
+                              WHERE t.ordered AND f.endpoint = t.endpoint
+                                AND f.state IN ('pending', 'leased')
+                                AND f.next_attempt_at <= now()
+                              ORDER BY f.next_attempt_at
+                              LIMIT :window) w
+                        ORDER BY COALESCE(w.ordering_key, CAST(w.id AS text)), w.created_at,
+                                 w.id) k
+                    ORDER BY k.next_attempt_at) front
               CROSS JOIN LATERAL (
                   SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
                   FROM due_effects e
@@ -94,12 +119,13 @@ WITH RECURSIVE present(endpoint) AS (
                   FOR UPDATE OF e SKIP LOCKED) c
               LIMIT share.n) o
     ) e
+    ORDER BY turn
     LIMIT :limit
 ), known AS MATERIALIZED (
     -- One probe of the ledger's key index per claimed row: a join here let the
     -- planner hash the whole ledger on every claim (O(ledger) per claim). A resend
     -- skips the probe: the operator asked for this send of a delivered key.
-    SELECT due.id, CASE WHEN due.resend_action_id IS NULL THEN
+    SELECT due.id, due.capped, CASE WHEN due.resend_action_id IS NULL THEN
                        (SELECT k.delivered_at FROM key_ledger k
                         WHERE k.idempotency_key = due.idempotency_key
                           AND k.state = 'delivered') END AS delivered_at
@@ -140,7 +166,8 @@ RETURNING e.id, e.idempotency_key, e.endpoint, e.recipient, CAST(e.payload AS te
           known.delivered_at IS NOT NULL AS already_delivered,
           -- the send-by time as seconds left on this clock (store.claim makes it a
           -- deadline on the worker's: no clock of two machines is compared)
-          CAST(EXTRACT(EPOCH FROM e.expires_at - now()) AS float8) AS expires_in_s;
+          CAST(EXTRACT(EPOCH FROM e.expires_at - now()) AS float8) AS expires_in_s,
+          known.capped;
 
 -- name: trace_contexts
 -- Tracing on only (the claim itself reads nothing more): the trace each claimed

@@ -44,6 +44,7 @@ from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.lanes import Lanes
 from spark_outbox.dispatch.metrics import Metrics
 from spark_outbox.dispatch.recorder import Recorder
+from spark_outbox.dispatch.rounds import Rounds
 from spark_outbox.dispatch.traces import Traces
 
 log = logging.getLogger(__name__)
@@ -81,14 +82,16 @@ class Worker:
         self._wake = asyncio.Event()
         self._crash: BaseException | None = None
         # Claimed effects wait here for one of ``concurrency`` senders (long-lived
-        # tasks: a task per effect and a semaphore cost ~10 % of the process's CPU).
-        self._waiting: asyncio.Queue[store.Claimed] = asyncio.Queue()
+        # tasks: a task per effect and a semaphore cost ~10 % of the process's CPU),
+        # each in its endpoint's line, the lines served in turn (``rounds``).
+        self._waiting: Rounds[store.Claimed] = Rounds()
         # Sends at once per endpoint that cannot deduplicate (``lanes``).
         self._lanes: Lanes[store.Claimed] = Lanes(settings.nondedup_concurrency)
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
         self._more_due = False  # the last claim took all it asked for
+        self._news = False  # woken (NOTIFY, a listener back) since the last claim
         self._statements = store.Statements.from_settings(settings)
         # Tracing (OTEL_* variables): None when off, and then nothing below is traced.
         tracer = tracing.tracer()
@@ -124,6 +127,8 @@ class Worker:
         self._wake.set()
 
     def wake(self) -> None:
+        """New work (NOTIFY): claim now, or as soon as a record frees any room."""
+        self._news = True
         self._wake.set()
 
     async def run(self) -> int:
@@ -188,6 +193,7 @@ class Worker:
             if room <= 0:
                 self._more_due = True  # held back: claim as soon as records free room
             else:
+                self._news = False  # this claim sees whatever was notified so far
                 claim = await self._db.call(
                     self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
@@ -255,12 +261,19 @@ class Worker:
         self._unrecorded -= count
         if self.until_idle and not self._unrecorded:
             self._wake.set()  # the idle check waits for the last records
-        elif self._more_due and self._room() >= max(1, self.settings.claim_batch_size // 2):
-            # The last claim was full (a backlog) and there is room for half a batch:
-            # claim again (claims are then about half a batch: each pays its planning
-            # and commit). Without a backlog, new work wakes the loop (NOTIFY, the poll):
-            # a wake per record was an empty claim per record at a low rate.
+        elif self._more_due and self._room() >= self._claim_at():
+            # The last claim was full (a backlog) and there is room enough: claim again.
+            # Without a backlog, new work wakes the loop (NOTIFY, the poll): a wake per
+            # record was an empty claim per record at a low rate.
             self._wake.set()
+
+    def _claim_at(self) -> int:
+        """The room a backlogged worker waits for before it claims again: half a batch
+        (claims are then about half a batch: each pays its planning and commit), but
+        any room once new work was notified: a fresh effect of another endpoint is
+        not gated on half a batch of the backlog's sends (its fair share of the
+        claim, store.sql, takes it)."""
+        return 1 if self._news else max(1, self.settings.claim_batch_size // 2)
 
     def _sent(self) -> None:
         self._held -= 1

@@ -325,14 +325,14 @@ def test_the_worker_prepares_claims_only_after_a_short_one(
     short, prepared; with OUTBOX_PREPARED_STATEMENTS=0, never. Every effect is
     delivered once either way."""
     calls: list[tuple[bool, int, int]] = []  # (prepared, limit, claimed)
-    real_claim = store.claim
+    real_lease = store.lease
 
-    def claim(*args: Any, prepared: bool = False) -> list[store.Claimed]:
-        got = real_claim(*args, prepared=prepared)
-        calls.append((prepared, args[2], len(got)))
+    def lease(*args: Any, prepared: bool = False) -> store.Claim:
+        got = real_lease(*args, prepared=prepared)
+        calls.append((prepared, args[2], len(got.effects)))
         return got
 
-    monkeypatch.setattr(store, "claim", claim)
+    monkeypatch.setattr(store, "lease", lease)
     with engine.begin() as conn:
         add_webhook(conn, name="hook", url=receiver.url())
         for i in range(50):

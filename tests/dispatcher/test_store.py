@@ -226,9 +226,17 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine, db_url: str) -> 
     dispatcher_engine.dispose()
     text = "\n".join(plan)
     assert "Index Scan using ix_effects_due on effects" in text, text
-    # The only sort is of the endpoints (a random turn order), never of effects.
-    sort_keys = [line.strip() for line in plan if "Sort Key" in line]
-    assert sort_keys == ["Sort Key: (random())"], text
+    # The sorts are of the endpoints (a random turn order), of the rows already
+    # taken (each endpoint's share, into rounds) and of an ordered endpoint's window
+    # (its keys' earliest), never of an endpoint's due range.
+    sort_keys = sorted(line.strip() for line in plan if "Sort Key" in line)
+    assert sort_keys == [
+        "Sort Key: (COALESCE(w.ordering_key, (w.id)::text)), w.created_at, w.id",
+        "Sort Key: (random())",
+        "Sort Key: (row_number() OVER (?))",
+        "Sort Key: k.next_attempt_at",
+        "Sort Key: t.endpoint",
+    ], text
     assert "Seq Scan on effects" not in text, text
 
 
