@@ -30,14 +30,20 @@ async def get_settings(request: Request) -> Settings:
 
 
 def get_conn(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Connection]:
-    """The request's unit of work; a lost database becomes ``DatabaseUnavailable`` (503)."""
+    """The request's unit of work; a lost database becomes ``DatabaseUnavailable`` (503).
+
+    Function-scoped (``Conn``): the transaction commits when the route returns, BEFORE
+    the response is sent. With FastAPI's default (request) scope the exit code runs after
+    the response has gone: a client was told 200 (or redirected to a page that then read
+    the old state) before the change was committed, and a commit that failed was
+    reported as done."""
     with db.translated(), engine.begin() as conn:
         yield conn
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-Conn = Annotated[Connection, Depends(get_conn)]
+Conn = Annotated[Connection, Depends(get_conn, scope="function")]
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `outbox tokens create`")
 
