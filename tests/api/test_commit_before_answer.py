@@ -16,18 +16,20 @@ from tests.api.conftest import Served, Tokens
 SLOW_COMMIT_S = 1.0
 
 
-def _slow_commits_of_operator_actions(engine: Engine) -> None:
+def _at_commit(engine: Engine, name: str, body: str) -> None:
+    """Run ``body`` (plpgsql) at the COMMIT of every transaction that logs an
+    operator action: a deferred constraint trigger on operator_actions."""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "CREATE FUNCTION test_slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                f"BEGIN PERFORM pg_sleep({SLOW_COMMIT_S}); RETURN NULL; END $$"
+                f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                f"BEGIN {body}; RETURN NULL; END $$"
             )
         )
         conn.execute(
             sa.text(
-                "CREATE CONSTRAINT TRIGGER test_slow_commit AFTER INSERT ON operator_actions "
-                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_slow_commit()"
+                f"CREATE CONSTRAINT TRIGGER {name} AFTER INSERT ON operator_actions "
+                f"DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {name}()"
             )
         )
 
@@ -43,7 +45,7 @@ def _paused(engine: Engine, name: str) -> bool:
 def test_an_api_write_is_committed_before_its_answer_is_sent(
     served: Served, api_tokens: Tokens, engine: Engine
 ) -> None:
-    _slow_commits_of_operator_actions(engine)
+    _at_commit(engine, "test_slow_commit", f"PERFORM pg_sleep({SLOW_COMMIT_S})")
     t0 = time.monotonic()
     done = httpx.post(
         f"{served.url}/v1/endpoints/billing-webhook/pause",
@@ -61,19 +63,7 @@ def test_an_api_write_is_committed_before_its_answer_is_sent(
 def test_a_write_whose_commit_fails_is_never_answered_as_done(
     served: Served, api_tokens: Tokens, engine: Engine
 ) -> None:
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "CREATE FUNCTION test_failed_commit() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                "BEGIN RAISE EXCEPTION 'refused at commit (a test)'; END $$"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "CREATE CONSTRAINT TRIGGER test_failed_commit AFTER INSERT ON operator_actions "
-                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_failed_commit()"
-            )
-        )
+    _at_commit(engine, "test_failed_commit", "RAISE EXCEPTION 'refused at commit (a test)'")
     answer = httpx.post(
         f"{served.url}/v1/endpoints/billing-webhook/pause",
         json={"reason": "receiver down, ticket 12"},
