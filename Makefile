@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
+# Test processes: the suite's slow drills mostly wait (JVMs starting, kills, receivers),
+# so two processes on a two-core machine take about half the time of one.
+TEST_WORKERS ?= 2
 
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
@@ -35,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/yamllint --strict .
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP) system-deps
 	$(BIN)/outbox --log-format text demo $(ARGS)

@@ -49,22 +49,47 @@ def restore_logging() -> Iterator[None]:
     alembic.setLevel(alembic_level)
 
 
-@pytest.fixture(scope="session")
-def server_url() -> Iterator[str]:
-    """A URL to a PostgreSQL server where tests may create databases.
+# `make test` runs the suite in two processes (pytest-xdist): the machine it must fit
+# has two cores and the slow drills mostly wait on JVMs, receivers and kills. The
+# private cluster is shared by both: the first process (the controller, or the only one
+# without xdist) starts it before any test and stops it after the last, if it had to
+# start it; one that was already running (a developer's) is left running. Tests are
+# dealt out a file at a time (`--dist loadfile`): a file's tests share its module
+# fixtures and run in its order, and every test on the session's standalone cluster
+# (three JVMs, started once a process) is in tests/spark/test_cluster.py.
+_STARTED_CLUSTER = pytest.StashKey[PrivateCluster]()
 
-    A private cluster that this test session had to start is stopped at the end;
-    one that was already running (a developer's) is left running.
-    """
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _is_xdist_worker(session.config):
+        return
     settings = Settings.from_env(state_dir=TEST_STATE_DIR)
     if settings.database_url:
-        yield settings.database_url
         return
     cluster = PrivateCluster(settings.state_dir)
-    was_running = cluster.status()[0]
-    yield cluster.ensure_running().url
-    if not was_running:
+    if not cluster.status()[0]:
+        cluster.ensure_running()
+        session.config.stash[_STARTED_CLUSTER] = cluster
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    cluster = session.config.stash.get(_STARTED_CLUSTER, None)
+    if cluster is not None:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    """A URL to a PostgreSQL server where tests may create databases: ``DATABASE_URL``,
+    or the private cluster ``pytest_sessionstart`` made sure runs."""
+    settings = Settings.from_env(state_dir=TEST_STATE_DIR)
+    if settings.database_url:
+        return settings.database_url
+    return PrivateCluster(settings.state_dir).ensure_running().url
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,9 @@ loopback, started from the installed PySpark, shared by the cluster tests), with
 one executor JVM killed in the middle of a batch's effects write: Spark re-runs the
 lost tasks and the database ends identical to one clean run (results, effect keys and payload
 hashes, markers, rejects). The streaming job too, with its driver also killed
-between two micro-batches and restarted from its checkpoint.
+between two micro-batches and restarted from its checkpoint. And a Spark Connect
+server whose master is the cluster. Every test on the shared cluster lives in this
+file, so `make test`'s processes start it once (one file runs in one process).
 
 The executors' Python is a venv without this package (``executor_python``), as
 on a cluster whose workers never installed it: they run the zip the driver
@@ -15,6 +17,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
 from spark_outbox.spark import shipping
+from tests import ROOT
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, run_state, table
@@ -156,3 +160,41 @@ def test_stream_on_a_cluster_with_an_executor_killed_mid_batch_and_the_driver_be
     assert committed_before_restart >= 1 and victims[0] not in replacement
     assert run_state(engine, stream=True) == expected
     assert_invariants(engine)
+
+
+@pytest.mark.timeout(1200)
+def test_billing_through_a_connect_server_on_the_standalone_cluster_equals_a_classic_run(
+    spark: Any,
+    db_url: str,
+    engine: Engine,
+    second_db: tuple[str, Engine],
+    tmp_path: Path,
+    cluster: Any,
+) -> None:
+    """A Spark Connect server whose master is the cluster (test_connect.py has the
+    local ones): its executors, separate JVMs, write the batch; the commit is the
+    client's, a process of its own (``outbox spark run billing --remote``)."""
+    from spark_outbox.cli.tools.connectserver import ConnectServer
+
+    events = tmp_path / "events"
+    generate(events, customers=8, events=120, seed=31, bad_rows=3, days=1)
+    classic_url, classic = second_db
+    for e in (engine, classic):
+        insert_billing_endpoints(e)
+    billing_run.run_batch(spark, events, DATES[0], classic_url)
+    args = ["--mode", "batch", "--input", str(events), "--date", DATES[0]]
+    with ConnectServer(tmp_path / "server", master=cluster.master_url) as server:
+        done = subprocess.run(
+            billing_command(*args, "--remote", server.url),
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": db_url},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        ran_on = len(cluster.executor_pids())
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = next(json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    assert outcome["status"] == "committed"
+    assert ran_on == 2
+    assert _digest(engine) == _digest(classic)

@@ -8,7 +8,8 @@ process), so every client is a process of its own: ``outbox spark run billing
 preview end exactly as from a classic driver; a stream's foreachBatch runs on
 the server, where the query id is read from the checkpoint it is given, and
 without one the sink refuses naming the fix. The server's kills are in
-test_connect_kill.py.
+test_connect_kill.py; a Connect server whose master is the standalone cluster, in
+test_cluster.py (with every test on that cluster).
 """
 
 from __future__ import annotations
@@ -154,31 +155,3 @@ def test_foreach_batch_under_connect_without_a_checkpoint_refuses_naming_the_fix
     assert "no stream identity" in found["error"] and "pass checkpoint=" in found["error"]
     assert table(engine, "SELECT count(*) FROM batch_runs")[0][0] == 0
     assert table(engine, "SELECT count(*) FROM effects")[0][0] == 0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_billing_through_a_connect_server_on_the_standalone_cluster_equals_a_classic_run(
-    spark: Any,
-    db_url: str,
-    engine: Engine,
-    second_db: tuple[str, Engine],
-    events: Path,
-    tmp_path: Path,
-    cluster: Any,
-) -> None:
-    """The server's master is a standalone cluster (two one-core workers on loopback,
-    shared by the cluster tests): its executors, separate JVMs, write the batch; the
-    commit is the client's."""
-    from spark_outbox.cli.tools.connectserver import ConnectServer
-
-    classic_url, classic = second_db
-    for e in (engine, classic):
-        insert_billing_endpoints(e)
-    billing_run.run_batch(spark, events, DATE, classic_url)
-    with ConnectServer(tmp_path / "server", master=cluster.master_url) as server:
-        outcome = _billing(server, db_url, events)
-        ran_on = len(cluster.executor_pids())
-    assert outcome["status"] == "committed"
-    assert ran_on == 2
-    assert _digest(engine) == _digest(classic)
