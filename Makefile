@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/yamllint --strict .
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: $(STAMP) system-deps
 	$(BIN)/outbox --log-format text demo $(ARGS)

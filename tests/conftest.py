@@ -82,6 +82,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         cluster.stop()
 
 
+# The files that take longest, longest first (measured in one process on a quiet machine,
+# 2026-11-27): started first, they overlap each other and the short files fill in after
+# them; started last (their place in collection order), one process ran two of them alone
+# at the end. Only the order changes, never what runs; a file not named keeps its place.
+_LONGEST_FIRST = (
+    "tests/spark/test_cluster.py",  # ~230 s: three drills on the standalone cluster
+    "tests/spark/test_kill.py",  # ~150 s
+    "tests/spark/test_source_kill.py",  # ~110 s
+    "tests/demo/test_demo.py",  # ~70 s
+    "tests/test_install.py",  # ~45 s
+    "tests/spark/test_connect_kill.py",  # ~45 s
+    "tests/upgrade/test_drill.py",  # ~40 s
+    "tests/spark/test_connect.py",  # ~35 s
+    "tests/spark/test_billing.py",  # ~35 s
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def server_url() -> str:
     """A URL to a PostgreSQL server where tests may create databases: ``DATABASE_URL``,
