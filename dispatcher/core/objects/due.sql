@@ -92,7 +92,13 @@ SELECT * FROM claimable_effects WHERE next_attempt_at <= now();
 -- pass over their new rows.
 CREATE OR REPLACE FUNCTION effect_unpark_successor() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    finished effects[];
+    -- the finished effects, one array a column (an array of whole rows of the
+    -- transition table is of type record[]: assigned to effects[], each row was
+    -- cast through its text, ~30 us a row)
+    endpoints text[];
+    keys text[];
+    created timestamptz[];
+    ids bigint[];
     successors bigint;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
@@ -101,22 +107,26 @@ BEGIN
                          AND n.state NOT IN ('pending', 'leased')) THEN
             RETURN NULL;
         END IF;
-        finished := ARRAY(
-            SELECT o FROM effects_before o JOIN effects_after n ON n.id = o.id
-            WHERE o.ordering_key IS NOT NULL AND o.state IN ('pending', 'leased')
-              AND n.state NOT IN ('pending', 'leased'));
+        SELECT array_agg(o.endpoint), array_agg(o.ordering_key), array_agg(o.created_at),
+               array_agg(o.id)
+        INTO endpoints, keys, created, ids
+        FROM effects_before o JOIN effects_after n ON n.id = o.id
+        WHERE o.ordering_key IS NOT NULL AND o.state IN ('pending', 'leased')
+          AND n.state NOT IN ('pending', 'leased');
     ELSE
-        finished := ARRAY(
-            SELECT o FROM effects_before o
-            WHERE o.ordering_key IS NOT NULL AND o.state IN ('pending', 'leased'));
+        SELECT array_agg(o.endpoint), array_agg(o.ordering_key), array_agg(o.created_at),
+               array_agg(o.id)
+        INTO endpoints, keys, created, ids
+        FROM effects_before o
+        WHERE o.ordering_key IS NOT NULL AND o.state IN ('pending', 'leased');
     END IF;
-    IF cardinality(finished) = 0 THEN
+    IF ids IS NULL THEN
         RETURN NULL;
     END IF;
     WITH firsts AS (
         SELECT DISTINCT ON (f.endpoint, f.ordering_key)
                f.endpoint, f.ordering_key, f.created_at, f.id
-        FROM unnest(finished) f
+        FROM unnest(endpoints, keys, created, ids) AS f(endpoint, ordering_key, created_at, id)
         ORDER BY f.endpoint, f.ordering_key, f.created_at, f.id
     ), found AS (
         -- one step forward in ix_effects_ordering from the finished effect's entry;
