@@ -179,6 +179,7 @@ def report(runs: Runs, n: int, rounds: int) -> None:
         print(f"| {name:45} | {m:9,.0f} | {spread:>15} | {pg:>5} | {vs_pgq:>16} | {vs_bare:>14} |")
     _paired(runs, kinds)
     _settings_paired(runs)
+    _ordered_paired(runs)
     print("\nCPU microseconds per delivery (median over rounds): contender processes, PostgreSQL,")
     print("the receiver; from /proc, so they hold up on a loaded machine better than rates do.")
     print("A contender's CPU includes its processes' start-up (each ~0.5 s of imports, ~16 us a")
@@ -227,6 +228,16 @@ def _settings_paired(runs: Runs) -> None:
         return
     first = [rate for rate, _ in runs[chosen[0]]]
     _per_round(runs, chosen[1:], first, repr(chosen[0]))
+
+
+def _ordered_paired(runs: Runs) -> None:
+    """The ordered contenders against the unordered one (one process each), round by
+    round: issue 31 asks for >= 0.8 in every round, not in the median."""
+    plain = "dispatcher, --processes 1"
+    ordered = [name for name in runs if name.startswith(plain) and "ordered" in name]
+    if plain not in runs or not ordered:
+        return
+    _per_round(runs, ordered, [rate for rate, _ in runs[plain]], repr(plain))
 
 
 def _per_round(runs: Runs, names: list[str], base: list[float], what: str) -> None:
@@ -295,7 +306,11 @@ def _p50_p99(sorted_ms: list[float]) -> tuple[float, float]:
 
 
 def _added(
-    settings: list[str], code: list[str], tracing: bool, uncounted: bool = False
+    settings: list[str],
+    code: list[str],
+    tracing: bool,
+    uncounted: bool = False,
+    row_unpark: bool = False,
 ) -> list[Contender]:
     """The ``--settings``, ``--code`` and ``--tracing`` contenders, all named as
     settings: they are compared with the first of them, round by round."""
@@ -314,6 +329,10 @@ def _added(
     if uncounted:
         name = "dispatcher, 1 process, settings: count triggers disabled"
         added.append(Contender(name, "dispatch", contenders.dispatcher(1, counted=False)))
+    if row_unpark:
+        name = "dispatcher, --processes 1, ordered, row unpark"
+        run = contenders.dispatcher(1, "bench-ordered", 1000, row_unpark=True)
+        added.append(Contender(name, "dispatch", run))
     return added
 
 
@@ -390,8 +409,15 @@ def main(argv: list[str]) -> int:
         help="add a contender: the dispatcher, 1 process, defaults, with the triggers that keep"
         " effect_counts and attempt_counts disabled (their cost on the record path)",
     )
+    parser.add_argument(
+        "--row-unpark",
+        action="store_true",
+        help="add a contender: the ordered one with the unpark trigger as it was before"
+        " migration 2810 (one row at a time; bench/row_unpark.py)",
+    )
     args = parser.parse_args(argv)
-    CONTENDERS.extend(_added(args.settings, args.code, args.tracing, args.uncounted))
+    added = _added(args.settings, args.code, args.tracing, args.uncounted, args.row_unpark)
+    CONTENDERS.extend(added)
     print(f"start {time.strftime('%Y-%m-%d %H:%M')}: {uptime()}", flush=True)
     with contextlib.ExitStack() as stack:
         if args.auto_explain_ms > 0:

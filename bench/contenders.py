@@ -250,6 +250,7 @@ def dispatcher(
     code: Path | str = ROOT,
     traced: bool = False,
     counted: bool = True,
+    row_unpark: bool = False,
 ) -> Callable[[Ctx, int], float]:
     """``endpoint``: ``bench`` (no limits), ``bench-limited`` (limits that never bind:
     their bookkeeping only) or ``bench-ordered`` (per-key ordering over
@@ -259,7 +260,9 @@ def dispatcher(
     ``git archive main`` unpacked: today's code on this schema); ``traced``: tracing
     on, exported over OTLP/HTTP to a collector stand-in (bench/otlp_sink.py), every
     effect created in a trace; ``counted=False``: the triggers that keep effect_counts and
-    attempt_counts disabled for the round (their cost on the hot path, side by side)."""
+    attempt_counts disabled for the round (their cost on the hot path, side by side);
+    ``row_unpark``: the unpark trigger as it was before migration 2810, one row at a
+    time, for the round (bench/row_unpark.py)."""
 
     def run(ctx: Ctx, n: int) -> float:
         _reset(ctx.engine)
@@ -275,6 +278,10 @@ def dispatcher(
                 env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint_url
             if not counted:
                 stack.callback(_count_triggers, ctx.engine, "ENABLE")
+            if row_unpark:
+                from bench.row_unpark import row_unpark as installed
+
+                stack.enter_context(installed(ctx.engine))
             proc = start_dispatchers(ctx, processes, *extra, env_extra=env, code=code)
             return _drain(ctx, n, proc, endpoint, ordering_keys, traced)
 
