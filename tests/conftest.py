@@ -32,8 +32,9 @@ os.environ["OUTBOX_STATE_DIR"] = str(TEST_STATE_DIR)
 # Every JVM the tests start (the local session, drivers, executors, the cluster's and a
 # Connect server's daemons) compiles with C1 only: the tests' jobs last seconds, and C2's
 # compiler threads were a third of their CPU (a six-day billing driver: 45.7 s of CPU and
-# 27.2 s of wall time by default, 28.4 s and 22.7 s with C1 only, 2026-11-27). Benches,
-# the demo and production keep the JVM's defaults; set JDK_JAVA_OPTIONS to override here.
+# 27.2 s of wall time by default, 28.4 s and 22.7 s with C1 only, 2026-11-27). Outside
+# the tests (benches, `make demo`, production) the JVM keeps its defaults; set
+# JDK_JAVA_OPTIONS to override it here.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
