@@ -8,8 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
-# Test processes: the suite's slow drills mostly wait (JVMs starting, kills, receivers),
-# so two processes on a two-core machine take about half the time of one.
+# Test processes: two on a two-core machine took the suite from 23m53s in one to 15-16
+# min (2026-11-27); the drills are CPU-bound, so more processes than cores gain little.
 TEST_WORKERS ?= 2
 
 export SPARK_LOCAL_IP ?= 127.0.0.1

@@ -56,8 +56,8 @@ def restore_logging() -> Iterator[None]:
     alembic.setLevel(alembic_level)
 
 
-# `make test` runs the suite in two processes (pytest-xdist): the machine it must fit
-# has two cores and the slow drills mostly wait on JVMs, receivers and kills. The
+# `make test` runs the suite in two processes (pytest-xdist), one per core of the
+# machine it must fit (the Makefile says what that measured). The
 # private cluster is shared by both: the first process (the controller, or the only one
 # without xdist) starts it before any test and stops it after the last, if it had to
 # start it; one that was already running (a developer's) is left running. Tests are

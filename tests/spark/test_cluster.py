@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from sqlalchemy.engine import Engine
 from spark_outbox.billing import run as billing_run
 from spark_outbox.billing.generate import generate
 from spark_outbox.spark import shipping
-from tests import ROOT
 from tests.conftest import insert_billing_endpoints
 from tests.invariants import assert_invariants
 from tests.spark.helpers import EFFECTS_SNAPSHOT, INVOICES_SNAPSHOT, run_state, table
@@ -184,17 +182,9 @@ def test_billing_through_a_connect_server_on_the_standalone_cluster_equals_a_cla
     billing_run.run_batch(spark, events, DATES[0], classic_url)
     args = ["--mode", "batch", "--input", str(events), "--date", DATES[0]]
     with ConnectServer(tmp_path / "server", master=cluster.master_url) as server:
-        done = subprocess.run(
-            billing_command(*args, "--remote", server.url),
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": db_url},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        out = Driver(billing_command(*args, "--remote", server.url), db_url).finish(600)
         ran_on = len(cluster.executor_pids())
-    assert done.returncode == 0, done.stderr[-3000:]
-    outcome = next(json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    outcome = next(json.loads(line) for line in out.splitlines() if line.startswith("{"))
     assert outcome["status"] == "committed"
     assert ran_on == 2
     assert _digest(engine) == _digest(classic)
