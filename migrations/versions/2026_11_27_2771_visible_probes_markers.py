@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from alembic import op
 
-from spark_outbox.core import objects
-
 revision = "2771"
 down_revision = "2770"
 branch_labels = None
@@ -39,8 +37,23 @@ WHERE e.run_id IS NULL
 """
 
 
+# The view as this revision made it (objects/due.sql then): head's text has columns
+# added since (2811), which a later revision adds.
+_PROBED = """
+CREATE OR REPLACE VIEW visible_effects AS
+SELECT e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.payload,
+       e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at,
+       e.lease_owner, e.lease_token, e.lease_expires_at, e.created_at, e.updated_at,
+       e.delivered_at, e.last_error, e.reference, e.purged_at, e.run_id, e.supersedes,
+       e.send_started_at, e.resend_action_id, e.expires_at
+FROM effects e
+WHERE e.run_id IS NULL
+   OR (SELECT true FROM batches b WHERE b.run_id = e.run_id LIMIT 1);
+"""
+
+
 def upgrade() -> None:
-    op.execute(objects.text("visible_effects"))
+    op.execute(_PROBED)
 
 
 def downgrade() -> None:

@@ -16,12 +16,15 @@
 -- turn into a hash of every marker: as EXISTS it hashed all of batches for each
 -- read, a claim of 500 effects or a status page alike, a cost that grows with the
 -- history of markers, not with the rows read (migration 2771).
+-- row_ctid, last, is the row version's address (ctid): the claim locks an ordered
+-- endpoint's front rows by it, a path no statistics can price above another
+-- (store.sql, claim; migration 2811).
 CREATE OR REPLACE VIEW visible_effects AS
 SELECT e.id, e.idempotency_key, e.job, e.batch_id, e.endpoint, e.recipient, e.payload,
        e.payload_sha256, e.ordering_key, e.state, e.attempt_count, e.next_attempt_at,
        e.lease_owner, e.lease_token, e.lease_expires_at, e.created_at, e.updated_at,
        e.delivered_at, e.last_error, e.reference, e.purged_at, e.run_id, e.supersedes,
-       e.send_started_at, e.resend_action_id, e.expires_at
+       e.send_started_at, e.resend_action_id, e.expires_at, e.ctid AS row_ctid
 FROM effects e
 WHERE e.run_id IS NULL
    OR (SELECT true FROM batches b WHERE b.run_id = e.run_id LIMIT 1);
