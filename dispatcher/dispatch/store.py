@@ -372,13 +372,19 @@ def expire_due(engine: Engine, limit: int = EXPIRE_LIMIT) -> list[tuple[str, str
 # How many due rows of each ordered endpoint one parking pass looks at (the front
 # of its range of ix_effects_due: what a claim walks first).
 PARK_WINDOW = 1000
+# A key is parked only when it holds this many of that front's rows or more: below
+# it, a claim walks a few rows of the key; parking costs two more rewrites of each
+# effect (parked, woken). 10 of 1,000: at least 100 keys in a front left as it is.
+PARK_CROWDED = 10
 
 
-def park_blocked(engine: Engine, window: int = PARK_WINDOW) -> int:
+def park_blocked(engine: Engine, window: int = PARK_WINDOW, crowded: int = PARK_CROWDED) -> int:
     """Park ordered endpoints' effects that wait behind an earlier one of their key
-    (store.sql, park_blocked); how many were parked."""
+    (store.sql, park_blocked), of keys holding ``crowded`` or more of the front's
+    ``window`` rows; how many were parked."""
     with engine.begin() as conn:
-        return int(conn.execute(_Q["park_blocked"], {"window": window}).rowcount)
+        params = {"window": window, "crowded": crowded}
+        return int(conn.execute(_Q["park_blocked"], params).rowcount)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -170,11 +170,11 @@ def test_effects_waiting_behind_two_of_their_key_are_parked_and_the_claim_walks_
 
     _ordered_and_plain(engine)
     # Every effect but each key's first two; none of the unordered endpoint's.
-    assert store.park_blocked(engine) == KEYS * (PER_KEY - 2)
+    assert store.park_blocked(engine, crowded=1) == KEYS * (PER_KEY - 2)
     behind = list(range(2, PER_KEY))
     assert _parked(engine, "ordered") == {f"customer-{k}": behind for k in range(KEYS)}
     assert _parked(engine, "plain") == {}
-    assert store.park_blocked(engine) == 0  # nothing left to park
+    assert store.park_blocked(engine, crowded=1) == 0  # nothing left to park
     # The claim's walk of ix_effects_due: the heads and their next, the parked rows not
     # at all (the next of each key is walked, and left: its head is unfinished).
     plan = _claim_walk_plan(engine, "ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF")
@@ -192,7 +192,7 @@ def test_an_effect_that_stops_blocking_wakes_its_successor_whatever_path_ends_it
     from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine, plain=False)
-    store.park_blocked(engine)
+    store.park_blocked(engine, crowded=1)
     _finish(engine, "ordered", "customer-1", 0, how)  # its next (1) was never parked
     assert _parked(engine, "ordered")["customer-1"] == list(range(2, PER_KEY))
     _finish(engine, "ordered", "customer-1", 1, how)
@@ -216,7 +216,7 @@ def test_an_endpoint_no_longer_ordered_gets_its_parked_effects_due_at_once(
     from spark_outbox.dispatch import store
 
     _ordered_and_plain(engine, plain=False)
-    assert store.park_blocked(engine) == KEYS * (PER_KEY - 2)
+    assert store.park_blocked(engine, crowded=1) == KEYS * (PER_KEY - 2)
     with engine.begin() as conn:
         admin.update_endpoint(
             conn, "ordered", {"ordered": False}, actor="test", reason="order no longer needed"
@@ -249,7 +249,7 @@ def test_parking_beside_finishing_effects_never_strands_one(engine: Engine) -> N
 
     def park() -> None:
         while not stop.is_set():
-            store.park_blocked(engine)
+            store.park_blocked(engine, crowded=1)
             passes[0] += 1
 
     parker = threading.Thread(target=park)
@@ -309,6 +309,7 @@ def test_a_parking_pass_probes_its_window_only_when_statistics_say_the_queue_is_
         for name, value in store.ENGINE_OPTIONS["session_settings"].items():
             conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
         sql = store._Q["park_blocked"].text.replace(":window", str(store.PARK_WINDOW))
+        sql = sql.replace(":crowded", "1")
         plan = "\n".join(
             conn.exec_driver_sql(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}").scalars()
         )
@@ -321,7 +322,7 @@ def test_a_parking_pass_probes_its_window_only_when_statistics_say_the_queue_is_
     assert "Index Scan using pk_effects on effects e_2 (actual rows=1 loops=800)" in plan, plan
     # The real pass parks the window's 800 effects behind two of their key (100 keys'
     # heads and their next stay due).
-    assert store.park_blocked(engine) == 800
+    assert store.park_blocked(engine, crowded=1) == 800
 
 
 def test_the_ordering_probe_stays_on_its_index_when_statistics_say_the_queue_is_empty(
@@ -394,7 +395,7 @@ def test_nothing_is_parked_on_a_schema_without_the_waking_trigger(engine: Engine
         add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
         conn.execute(sa.text("DROP TRIGGER effects_unpark_on_finish ON effects"))
     _enqueue_interleaved(engine, "ordered")
-    assert store.park_blocked(engine) == 0
+    assert store.park_blocked(engine, crowded=1) == 0
     assert _parked(engine, "ordered") == {}
 
 
@@ -474,6 +475,7 @@ def test_a_parking_pass_behind_a_deep_key_probes_each_waiting_effect_once(
         for name, value in store.ENGINE_OPTIONS["session_settings"].items():
             conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
         sql = store._Q["park_blocked"].text.replace(":window", str(store.PARK_WINDOW))
+        sql = sql.replace(":crowded", "1")
         plan = "\n".join(
             conn.exec_driver_sql(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}").scalars()
         )
@@ -484,7 +486,7 @@ def test_a_parking_pass_behind_a_deep_key_probes_each_waiting_effect_once(
     assert probe is not None, plan
     assert probe.group(1) == f"(actual rows=1 loops={store.PARK_WINDOW})", plan
     # The window but the head's next (its head is being sent: it stays due).
-    assert store.park_blocked(engine) == store.PARK_WINDOW - 1
+    assert store.park_blocked(engine, crowded=1) == store.PARK_WINDOW - 1
 
 
 def test_the_claim_locks_an_ordered_endpoint_s_front_by_row_address_on_stale_statistics(

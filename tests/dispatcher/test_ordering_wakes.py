@@ -52,7 +52,7 @@ def _setup(engine: Engine, expires_at: dt.datetime | None = None) -> None:
                     ordering_key=key,
                     expires_at=expires_at if key == "k" and n < 2 else None,
                 )
-    assert store.park_blocked(engine) == len(KEYS)
+    assert store.park_blocked(engine, crowded=1) == len(KEYS)
 
 
 def _parked(engine: Engine) -> set[tuple[str, int]]:
@@ -194,3 +194,26 @@ def _index_reads(conn: sa.Connection, index: str) -> int:
             sa.text("SELECT pg_stat_get_xact_tuples_returned(CAST(:i AS regclass))"), {"i": index}
         ).scalar_one()
     )
+
+
+def test_a_parking_pass_parks_only_keys_that_crowd_the_claim_s_front(engine: Engine) -> None:
+    """Parking costs two rewrites of each parked effect (parked, woken); a key with a
+    few rows in the front a claim walks costs that claim a few rows. So only a key
+    holding store.PARK_CROWDED or more of the front's rows is parked."""
+    from spark_outbox.dispatch import store
+
+    shallow, deep = store.PARK_CROWDED - 1, 3 * store.PARK_CROWDED
+    with engine.begin() as conn:
+        add_webhook(conn, name="ordered", url="http://127.0.0.1:9/o", ordered=True)
+        conn.execute(
+            sa.text(
+                "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+                " ordering_key) SELECT lpad(to_hex(g), 64, '0'), 'ordered',"
+                " jsonb_build_object('n', g), 'x', CASE WHEN g < :deep THEN 'deep'"
+                " ELSE 'shallow-' || (g % 20) END"
+                " FROM generate_series(0, :deep + 20 * :shallow - 1) g"
+            ),
+            {"deep": deep, "shallow": shallow},
+        )
+    assert store.park_blocked(engine) == deep - 2
+    assert {key for key, _ in _parked(engine)} == {"deep"}
