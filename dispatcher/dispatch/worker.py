@@ -126,9 +126,11 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
-    def wake(self) -> None:
-        """New work (NOTIFY): claim now, or as soon as a record frees any room."""
-        self._news = True
+    def wake(self, news: bool = True) -> None:
+        """New work (NOTIFY): claim now, or, when ``news``, as soon as a record frees
+        any room; a successor of an ordered key is claimed with the next batch
+        (``wakeup.SUCCESSORS``)."""
+        self._news = self._news or news
         self._wake.set()
 
     async def run(self) -> int:
