@@ -52,9 +52,11 @@ class Traces:
         """``inner`` (``Statements.claim``) with a span, and the claimed effects'
         trace contexts read in one statement (an empty claim makes no span)."""
 
-        def traced(engine: Engine, worker_id: str, room: int, lease_s: float) -> store.Claim:
+        def traced(
+            engine: Engine, worker_id: str, room: int, lease_s: float, busy: Sequence[str] = ()
+        ) -> store.Claim:
             started_ns = time.time_ns()
-            claim = inner(engine, worker_id, room, lease_s)
+            claim = inner(engine, worker_id, room, lease_s, busy)
             if not claim.effects:
                 return claim
             created = _created_in(engine, claim.effects)
