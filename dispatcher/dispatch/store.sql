@@ -44,9 +44,6 @@ WITH RECURSIVE present(endpoint) AS (
       -- paused endpoint's backlog from being walked on every claim.
       AND COALESCE(ep.enabled, true)
       AND (b.resting_until IS NULL OR b.resting_until <= now())
-      -- A worker busy with a backlog claims new work for the endpoints it has
-      -- nothing of waiting (:busy, the others; empty for every other claim).
-      AND NOT p.endpoint = ANY(CAST(:busy AS text[]))
     ORDER BY random()
 ), due AS (
     -- A limited endpoint's budget row is locked before its share is computed, so

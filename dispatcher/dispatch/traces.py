@@ -52,11 +52,9 @@ class Traces:
         """``inner`` (``Statements.claim``) with a span, and the claimed effects'
         trace contexts read in one statement (an empty claim makes no span)."""
 
-        def traced(
-            engine: Engine, worker_id: str, room: int, lease_s: float, busy: Sequence[str] = ()
-        ) -> store.Claim:
+        def traced(engine: Engine, worker_id: str, room: int, lease_s: float) -> store.Claim:
             started_ns = time.time_ns()
-            claim = inner(engine, worker_id, room, lease_s, busy)
+            claim = inner(engine, worker_id, room, lease_s)
             if not claim.effects:
                 return claim
             created = _created_in(engine, claim.effects)

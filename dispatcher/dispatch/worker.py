@@ -52,12 +52,6 @@ log = logging.getLogger(__name__)
 # Parking passes in a row, at most, before the next poll interval (each looks at
 # store.PARK_WINDOW rows of each ordered endpoint).
 PARK_PASSES = 100
-# Room beyond the usual bound (``Worker._room``) for new work that arrives while a
-# worker is busy with a backlog: claimed at once, for every endpoint but those the
-# last claims found backlogged, not after the next record frees room (the fresh
-# effect waited ~45 ms beside a 1,000,000-effect backlog, bench dispatch). What a
-# crash can leave sent and unrecorded grows by as much at most.
-NEWS_ROOM = 32
 
 
 def default_worker_id() -> str:
@@ -94,9 +88,6 @@ class Worker:
         # Sends at once per endpoint that cannot deduplicate (``lanes``).
         self._lanes: Lanes[store.Claimed] = Lanes(settings.nondedup_concurrency)
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
-        # The endpoints the last claims found more of than they took: what a claim of
-        # new work beside them leaves out (``NEWS_ROOM``).
-        self._backlogged: frozenset[str] = frozenset()
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
         self._more_due = False  # the last claim took all it asked for
@@ -200,34 +191,20 @@ class Worker:
         s = self.settings
         while not self._stopping.is_set():
             self._wake.clear()
-            room, busy = self._room(), []
-            if self._news and (self._backlogged or room <= 0):
-                # New work beside a backlog, or with the worker at its bound: a small
-                # claim now, for every endpoint but the backlogged ones (the backlog's
-                # share of a claim made it a big one: rewriting hundreds of rows).
-                room = min(NEWS_ROOM, s.claim_batch_size, room + NEWS_ROOM)
-                busy = sorted(self._backlogged)
+            room = self._room()
             if room <= 0:
                 self._more_due = True  # held back: claim as soon as records free room
             else:
                 self._news = False  # this claim sees whatever was notified so far
                 claim = await self._db.call(
-                    self._claim, self.worker_id, room, s.lease_s, busy, until=self._stopping
+                    self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
                 for effect in claim.effects if claim is not None else []:
                     self._unrecorded += 1
                     self._held += 1
                     self._waiting.put_nowait(effect)
-                full = claim is not None and claim.full
-                backlogged = claim.backlogged if claim is not None else frozenset()
-                if busy:  # (it says nothing of the backlogged endpoints)
-                    self._more_due, self._backlogged = (
-                        self._more_due or full,
-                        self._backlogged | backlogged,
-                    )
-                else:
-                    self._more_due, self._backlogged = full, backlogged
-                if full or self._news:
+                self._more_due = claim is not None and claim.full
+                if self._more_due:
                     continue  # more may be due right now
             if self.until_idle and await self._idle():
                 log.info("nothing due: idle", extra={"event": "worker.idle"})
@@ -296,8 +273,8 @@ class Worker:
         """The room a backlogged worker waits for before it claims again: half a batch
         (claims are then about half a batch: each pays its planning and commit), but
         any room once new work was notified: a fresh effect of another endpoint is
-        not gated on half a batch of the backlog's sends (the claim of new work, from
-        ``NEWS_ROOM``, takes it)."""
+        not gated on half a batch of the backlog's sends (its fair share of the
+        claim, store.sql, takes it)."""
         return 1 if self._news else max(1, self.settings.claim_batch_size // 2)
 
     def _sent(self) -> None:

@@ -12,7 +12,6 @@ import collections
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
 
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
@@ -156,47 +155,3 @@ def test_a_claim_gives_each_endpoint_its_fair_share_of_the_batch(
         if n and limit >= n_due:
             assert taken[name] >= 1, (name, taken)
     assert taken.total() == min(limit, sum(min(n, fair) for n in due)), taken
-
-
-def test_new_work_is_claimed_while_a_backlogged_worker_waits_for_its_records(
-    engine: Engine, fast: Settings, receiver: Receiver
-) -> None:
-    """A worker at its bound (concurrency + claim_batch_size claimed, unrecorded)
-    claimed nothing until a record freed room: a fresh effect of another endpoint
-    waited for the next record, ~45 ms beside a 1,000,000-effect backlog (bench
-    dispatch), for ever here, with the records held up (the key ledger locked).
-    New work is claimed at once from worker.NEWS_ROOM, for every endpoint but the
-    backlogged one: the fresh effect goes out, the backlog gets nothing more."""
-    with engine.begin() as conn:
-        add_webhook(conn, name="backlog", url=receiver.url("/backlog"))
-        add_webhook(conn, name="fresh", url=receiver.url("/fresh"))
-    _backlog(engine, "backlog", 100)
-    settings = dataclasses.replace(fast, concurrency=4, claim_batch_size=4, lease_s=30.0)
-
-    async def until(what: str, predicate: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 20
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.01)
-
-    async def main() -> tuple[int, int, int]:
-        worker = Worker(settings, engine, database_url=settings.database_url, until_idle=True)
-        with engine.connect() as blocker:
-            blocker.begin()
-            blocker.execute(sa.text("LOCK TABLE key_ledger IN SHARE MODE"))  # records wait
-            running = asyncio.create_task(worker.run())
-            await until("the backlog's first sends", lambda: len(receiver.seen("/backlog")) >= 8)
-            await asyncio.sleep(0.5)  # the worker is at its bound, its records held up
-            at_bound = len(receiver.seen("/backlog"))
-            await asyncio.to_thread(_fresh, engine, "f" * 64)
-            await until("the fresh effect", lambda: bool(receiver.seen("/fresh")))
-            await asyncio.sleep(0.2)
-            beside = len(receiver.seen("/backlog"))
-            blocker.rollback()
-        return await asyncio.wait_for(running, 60), at_bound, beside
-
-    exit_code, at_bound, beside = asyncio.run(main())
-    assert exit_code == 0
-    assert at_bound == beside == 8  # concurrency + claim_batch_size, and no more
-    keys = receiver.keys()
-    assert len(keys) == len(set(keys)) == 101  # then everything, each once

@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -99,7 +99,7 @@ def test_the_generic_plan_never_reads_the_whole_outbox(one_connection: Engine) -
     with one_connection.connect() as conn:
         conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         plan = "\n".join(
-            row[0] for row in conn.exec_driver_sql("EXPLAIN EXECUTE outbox_claim_8 ('{}', 'w', 30)")
+            row[0] for row in conn.exec_driver_sql("EXPLAIN EXECUTE outbox_claim_8 ('w', 30)")
         )
         conn.exec_driver_sql("RESET plan_cache_mode")
     assert "Seq Scan on effects" not in plan, plan
@@ -322,15 +322,14 @@ def test_the_worker_prepares_claims_only_after_a_short_one(
     enabled: bool,
 ) -> None:  # fmt: skip
     """A backlog is claimed planned per call (full claims); once claims come back
-    short, prepared; with OUTBOX_PREPARED_STATEMENTS=0, never. A claim of new work
-    beside a backlog (the backlogged endpoints left out, worker.NEWS_ROOM) is small:
-    prepared whenever preparation is on. Every effect is delivered once either way."""
-    calls: list[tuple[bool, int, int, bool]] = []  # (prepared, limit, claimed, busy)
+    short, prepared; with OUTBOX_PREPARED_STATEMENTS=0, never. Every effect is
+    delivered once either way."""
+    calls: list[tuple[bool, int, int]] = []  # (prepared, limit, claimed)
     real_lease = store.lease
 
-    def lease(*args: Any, prepared: bool = False, busy: Sequence[str] = ()) -> store.Claim:
-        got = real_lease(*args, prepared=prepared, busy=busy)
-        calls.append((prepared, args[2], len(got.effects), bool(busy)))
+    def lease(*args: Any, prepared: bool = False) -> store.Claim:
+        got = real_lease(*args, prepared=prepared)
+        calls.append((prepared, args[2], len(got.effects)))
         return got
 
     monkeypatch.setattr(store, "lease", lease)
@@ -341,9 +340,7 @@ def test_the_worker_prepares_claims_only_after_a_short_one(
     settings = dataclasses.replace(fast, claim_batch_size=8, prepared_statements=enabled)
     assert run_worker(settings, engine) == 0
     assert sorted(receiver.keys()) == sorted(effect_key("p", i) for i in range(50))
-    regular = [c for c in calls if not c[3]]
-    for (_, _, before, _), (was_prepared, _, _, _) in itertools.pairwise(regular):
-        assert was_prepared == (enabled and before < 1), calls  # of 8, a claim of 0 is short
-    assert all(c[0] == enabled for c in calls if c[3]), calls
-    assert regular[0][0] == enabled  # nothing claimed before the first claim
-    assert any(c[2] == 8 for c in regular) and any(not c[0] for c in regular)
+    for (_, _, before), (was_prepared, _, _) in itertools.pairwise(calls):
+        assert was_prepared == (enabled and before < 1)  # of 8, a claim of 0 is short
+    assert calls[0][0] == enabled  # nothing claimed before the first claim
+    assert any(c[2] == 8 for c in calls) and any(not c[0] for c in calls)
