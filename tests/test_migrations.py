@@ -236,3 +236,36 @@ def test_the_send_by_revision_runs_again_after_its_concurrent_part_failed(
         engine.dispose()
     db.upgrade(empty_db_url, "outbox@2720")
     assert _catalog(empty_db_url) == at_2720
+
+
+def test_the_ledger_at_deletion_revision_keeps_every_delivered_key_both_ways(
+    empty_db_url: str,
+) -> None:
+    """2812: at head a delivery writes no ledger row and a DELETE writes the key; its
+    downgrade first writes the keys of the delivered effects still there, as the
+    release before it expects of every delivery."""
+    db.upgrade(empty_db_url)
+    engine = db.create_engine(empty_db_url, pool_size=1)
+    insert = sa.text(
+        "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256, state,"
+        " delivered_at) VALUES (:k, 'hook', '{}', 'x', 'delivered', now())"
+    )
+    ledger = sa.text("SELECT idempotency_key FROM key_ledger ORDER BY 1")
+    try:
+        with engine.begin() as conn:
+            for key in ("a" * 64, "b" * 64):
+                conn.execute(insert, {"k": key})
+            conn.execute(sa.text("DELETE FROM effects WHERE idempotency_key = :k"), {"k": "a" * 64})
+        with engine.connect() as conn:
+            assert conn.execute(ledger).scalars().all() == ["a" * 64]
+        db.downgrade(empty_db_url, "outbox@2811")
+        with engine.connect() as conn:
+            assert conn.execute(ledger).scalars().all() == ["a" * 64, "b" * 64]
+        db.upgrade(empty_db_url)
+        with engine.begin() as conn:
+            conn.execute(insert, {"k": "c" * 64})
+            conn.execute(sa.text("DELETE FROM effects"))
+        with engine.connect() as conn:
+            assert conn.execute(ledger).scalars().all() == ["a" * 64, "b" * 64, "c" * 64]
+    finally:
+        engine.dispose()

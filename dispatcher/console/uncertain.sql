@@ -20,8 +20,9 @@ WHERE e.idempotency_key = :key
 FOR UPDATE OF e;
 
 -- name: mark_delivered
--- The operator confirmed the receiver has it: delivered, and the key ledger knows
--- it as a delivery's record does (never sent again, never enqueued again).
+-- The operator confirmed the receiver has it: delivered, and the key ledger keeps
+-- the operator's word for it (no delivered attempt records it: reconciliation
+-- reads it there, and it stays after the row is purged)
 WITH done AS (
     UPDATE effects SET state = 'delivered', delivered_at = now(), send_started_at = NULL,
                        last_error = 'marked delivered by an operator after an uncertain send',

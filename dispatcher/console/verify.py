@@ -53,7 +53,9 @@ CHECKS = {
             "every finished effect keeps its attempts until purged",
         ),
         Check(
-            "delivered_without_ledger", "range", "every delivered effect's key is in the key ledger"
+            "ledger_guard_off",
+            "state",
+            "a deleted finished effect's key enters the key ledger (its trigger is on)",
         ),
         Check(
             "delivered_again_unasked",
@@ -130,7 +132,13 @@ class Checker:
         """Every state check, and one chunk of every range check."""
         found: list[Violation] = []
         checked: dict[str, int] = {}
-        for name in ("sent_before_commit", "lease_overdue", "held_batch_leased", "expiry_overdue"):
+        for name in (
+            "sent_before_commit",
+            "lease_overdue",
+            "held_batch_leased",
+            "expiry_overdue",
+            "ledger_guard_off",
+        ):
             rows = self._rows(conn, name, {"grace_s": self.grace_s})
             self.counts[name] = len(rows)
             found += rows
@@ -193,7 +201,6 @@ class Checker:
         rows: list[Violation] = []
         for name in (
             "finished_without_attempts",
-            "delivered_without_ledger",
             "delivered_again_unasked",
             "sent_after_expiry",
         ):
@@ -206,9 +213,12 @@ class Checker:
 
 
 def render(violations: Iterable[Violation]) -> list[str]:
-    return [
-        f"{v.check}: {'effect' if v.key else 'marker'} {v.row_id}"
-        + (f" key {v.key}" if v.key else "")
-        + f": {v.detail}"
-        for v in violations
-    ]
+    return [f"{v.check}: {_subject(v)}{v.detail}" for v in violations]
+
+
+def _subject(v: Violation) -> str:
+    """What the row names: an effect (with its key), a marker, or nothing (a check
+    of the schema itself, row id 0)."""
+    if v.key:
+        return f"effect {v.row_id} key {v.key}: "
+    return f"marker {v.row_id}: " if v.row_id else ""

@@ -62,17 +62,21 @@ WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
 ORDER BY e.updated_at, e.id
 LIMIT :limit;
 
--- name: delivered_without_ledger
--- Range, the same rows: a delivered key is in the ledger from its delivery on
--- (the record statement writes both), or a later claim could send it again.
-SELECT e.id, e.idempotency_key AS key, 'delivered, but its key is not in the ledger' AS detail
-FROM effects e
-WHERE e.purged_at IS NULL AND e.state IN ('delivered', 'dead', 'cancelled')
-  AND (e.updated_at, e.id) > (:lo_at, :lo_id) AND (e.updated_at, e.id) <= (:hi_at, :hi_id)
-  AND e.state = 'delivered'
-  AND NOT EXISTS (SELECT 1 FROM key_ledger k
-                  WHERE k.idempotency_key = e.idempotency_key AND k.state = 'delivered')
-ORDER BY e.updated_at, e.id
+-- name: ledger_guard_off
+-- State: a finished effect's key enters the key ledger when its row is deleted, by
+-- the trigger on DELETE of effects (objects/ledger.sql); without it (dropped, or
+-- disabled by ALTER TABLE ... DISABLE TRIGGER) the next purge forgets the keys it
+-- deletes, and a replay could enqueue and send them again. One row when it is
+-- missing or disabled (a catalog read: cheap at any size).
+SELECT 0 AS id, CAST(NULL AS text) AS key,
+       CASE WHEN t.tgenabled IS NULL THEN 'the trigger effects_keys_kept_on_delete is missing'
+            ELSE 'the trigger effects_keys_kept_on_delete is disabled' END
+       || ': a purge would forget the keys it deletes; run `outbox db upgrade`'
+       || ' (or ALTER TABLE effects ENABLE TRIGGER effects_keys_kept_on_delete)' AS detail
+FROM (SELECT NULL) one
+LEFT JOIN pg_trigger t ON t.tgrelid = CAST('effects' AS regclass)
+                      AND t.tgname = 'effects_keys_kept_on_delete'
+WHERE t.tgenabled IS NULL OR t.tgenabled = 'D'
 LIMIT :limit;
 
 -- name: delivered_again_unasked

@@ -437,9 +437,10 @@ delivery_attempts = sa.Table(
 
 LEDGER_STATES = ("delivered", "dead", "cancelled", "expired")
 
-# Finished keys stay known here, so they are never enqueued or sent again: a
-# delivered key from its delivery on (the record statement), a dead, cancelled or
-# expired key from when retention deletes its effect; until the ledger's horizon,
+# Finished keys stay known here, so they are never enqueued or sent again once
+# their effect rows are gone: written by the trigger on every DELETE of effects
+# (objects/ledger.sql: retention's purge), by an erasure and by an operator's
+# "mark delivered"; until the ledger's horizon,
 # if an operator set one (retention forgets older keys). Only ``delivered`` rows
 # make the claim settle an effect without sending it.
 key_ledger = sa.Table(

@@ -8,13 +8,14 @@ no long transaction, and several dispatchers purging at once share the work.
 
 A purged effect is deleted with its attempts (``retention.sql``): a stub kept in
 its place was a new version of the row in every index, and the table grew with
-every purge. What stays is its key in ``key_ledger`` with the final state (a
-delivered key from its delivery, a dead or cancelled one from the purge), so a
-finished key is never enqueued or sent again and the audit still says what
-became of it; and its batch marker's ``effects_purged`` count, so reconciliation
-explains the rows that left. The ledger forgets keys that finished before its
-own horizon (``--forget-keys-older-than``, ``OUTBOX_RETENTION_FORGET_KEYS_AFTER``),
-set by an operator longer than any replay: unset, keys are kept for ever.
+every purge. What stays is its key in ``key_ledger`` with the final state,
+written by the trigger on every DELETE of effects in the purge's transaction
+(``objects/ledger.sql``), so a finished key is never enqueued or sent again and
+the audit still says what became of it; and its batch marker's
+``effects_purged`` count, so reconciliation explains the rows that left. The
+ledger forgets keys that finished before its own horizon
+(``--forget-keys-older-than``, ``OUTBOX_RETENTION_FORGET_KEYS_AFTER``), set by an
+operator longer than any replay: unset, keys are kept for ever.
 What batches recorded of their result rows (``batch_result_rows``, reconciliation's
 record) goes too once the batch is older than the cutoff.
 """

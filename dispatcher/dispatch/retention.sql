@@ -16,15 +16,15 @@ SELECT (SELECT count(*) FROM effects
 -- purgers share the work, nothing waits), deleted with their attempts. Deleted, not
 -- kept as a stub: an updated stub was a new row version in every index, and the
 -- table only grew (bench/RESULTS.md, "history"). The key stays known to the key
--- ledger: a delivered key has been there since its delivery (the record statement
--- writes both; outbox verify checks it), a dead, cancelled or expired one is written here.
+-- ledger: the DELETE's trigger writes every finished key it deletes, with its final
+-- state, in this transaction (objects/ledger.sql; outbox verify checks the trigger).
 -- Each marker counts its batch's effects retention removed (reconciliation
 -- explains them). Returns the counts and where the batch ended. {finished} is one
 -- of the two ranges of finished effects (retention.RANGES): those of
 -- ix_effects_purgeable, and the expired ones of ix_effects_expired (the first index
 -- predates that state), each with a keyset of its own.
 WITH doomed AS (
-    SELECT id, idempotency_key, endpoint, payload_sha256, state, updated_at, job, batch_id
+    SELECT id, updated_at, job, batch_id
     FROM effects
     WHERE {finished}
       AND updated_at < :bound
@@ -40,11 +40,6 @@ WITH doomed AS (
     DELETE FROM effects e USING doomed d
     WHERE e.id = d.id
     RETURNING 1
-), ledger AS (
-    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, state, finished_at)
-    SELECT idempotency_key, endpoint, payload_sha256, state, updated_at FROM doomed
-    WHERE state <> 'delivered'
-    ON CONFLICT (idempotency_key) DO NOTHING
 ), counted AS (
     UPDATE batches b SET effects_purged = b.effects_purged + n.effects
     FROM (SELECT job, batch_id, count(*) AS effects FROM doomed
@@ -61,7 +56,7 @@ LEFT JOIN LATERAL (SELECT updated_at, id FROM doomed ORDER BY updated_at DESC, i
 -- The stubs an erasure left (payload, recipient and error blanked; purged_at set)
 -- and those an older release's purge kept, once they finished before the cutoff:
 -- deleted like the rest (ix_effects_stubs, a keyset as above). Their keys are in the
--- ledger already (the erasure and the older purge wrote them).
+-- ledger already (the erasure and the older purge wrote them; the trigger leaves them).
 WITH doomed AS (
     SELECT id, updated_at, job, batch_id FROM effects
     WHERE purged_at IS NOT NULL AND updated_at < :bound
@@ -114,8 +109,8 @@ FROM (SELECT finished_at FROM key_ledger
 -- skipped (SKIP LOCKED). A forgotten key could be enqueued and sent again: the
 -- horizon is an operator's choice, longer than any replay of a job and than the
 -- purge's (docs/operations.md, "Retention"). A key whose effect is still there
--- stays (the effect's unique key guards it, and outbox verify expects a delivered
--- effect's key in the ledger). Returns the keys forgotten.
+-- stays (the effect's unique key guards it; an erasure's stub, or a delivery an
+-- older release recorded here). Returns the keys forgotten.
 WITH seen AS (
     SELECT l.idempotency_key FROM key_ledger l
     WHERE l.finished_at > CAST(:after_at AS timestamptz)

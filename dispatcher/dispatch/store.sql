@@ -12,8 +12,9 @@
 -- endpoint with a rate limit or max_in_flight has its endpoint_budgets row locked
 -- and spent in this same statement (its share is at most the tokens left and the
 -- room under max_in_flight); a resting (circuit breaker) or paused endpoint gets
--- no share, and an endpoint held back is never walked. A key already in the key
--- ledger is marked delivered here instead of leased: never sent twice by us. An
+-- no share, and an endpoint held back is never walked. An effect delivered before
+-- (its row's delivered_at, or its key in the key ledger) is marked delivered here
+-- instead of leased: never sent twice by us. An
 -- operator's resend (resend_action_id) is the one exception: it is sent, and
 -- counted like any lease (rate, max_in_flight), because an operator asked for it.
 WITH RECURSIVE present(endpoint) AS (
@@ -51,7 +52,7 @@ WITH RECURSIVE present(endpoint) AS (
     -- while another claim holds it, this claim skips the endpoint (share 0): a
     -- claim never waits for a lock.
     SELECT t.endpoint, t.limited, t.max_in_flight IS NOT NULL AS counted, s.tokens, s.at,
-           e.id, e.idempotency_key, e.state, e.resend_action_id,
+           e.id, e.idempotency_key, e.state, e.resend_action_id, e.delivered_at,
            -- the fair share bound and was filled: more of this endpoint may be due
            share.n >= t.fair AND count(*) OVER (PARTITION BY t.endpoint) >= share.n AS capped,
            row_number() OVER (PARTITION BY t.endpoint) AS turn
@@ -81,8 +82,8 @@ WITH RECURSIVE present(endpoint) AS (
     CROSS JOIN LATERAL (
         -- Unordered: the endpoint's range of ix_effects_due in due order, each row
         -- locked as it is reached, until the share is taken.
-        SELECT u.id, u.idempotency_key, u.state, u.resend_action_id
-        FROM (SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
+        SELECT u.id, u.idempotency_key, u.state, u.resend_action_id, u.delivered_at
+        FROM (SELECT e.id, e.idempotency_key, e.state, e.resend_action_id, e.delivered_at
               FROM due_effects e
               WHERE NOT t.ordered AND e.endpoint = t.endpoint
               ORDER BY e.next_attempt_at
@@ -96,8 +97,8 @@ WITH RECURSIVE present(endpoint) AS (
         -- key is before the parking pass parks its waiting effects (which looks at the
         -- same front): 100,000 waiting effects of one key took 634-771 ms a claim,
         -- each walked and probed; probing each of the front's 1,000 took ~8 ms.
-        SELECT o.id, o.idempotency_key, o.state, o.resend_action_id
-        FROM (SELECT c.id, c.idempotency_key, c.state, c.resend_action_id
+        SELECT o.id, o.idempotency_key, o.state, o.resend_action_id, o.delivered_at
+        FROM (SELECT c.id, c.idempotency_key, c.state, c.resend_action_id, c.delivered_at
               FROM (SELECT k.id, k.row_ctid FROM (
                         SELECT DISTINCT ON (COALESCE(w.ordering_key, CAST(w.id AS text)))
                                w.id, w.next_attempt_at, w.row_ctid
@@ -121,7 +122,7 @@ WITH RECURSIVE present(endpoint) AS (
                   -- changed since the window read it is never claimed as it was: the
                   -- lock reaches its newest version, checked again (a row it passes
                   -- over is due at the next claim).
-                  SELECT e.id, e.idempotency_key, e.state, e.resend_action_id
+                  SELECT e.id, e.idempotency_key, e.state, e.resend_action_id, e.delivered_at
                   FROM due_effects e
                   WHERE e.row_ctid = front.row_ctid AND e.id = front.id
                   OFFSET 0
@@ -131,14 +132,21 @@ WITH RECURSIVE present(endpoint) AS (
     ORDER BY turn
     LIMIT :limit
 ), known AS MATERIALIZED (
-    -- One probe of the ledger's key index per claimed row: a join here let the
+    -- Delivered before: the row says so (its delivered_at: a delivered effect made
+    -- pending again by hand, as a bug or a restore might), or the key ledger does
+    -- (the key of an effect row deleted since). One probe of the ledger's key index
+    -- per claimed row that its own row does not settle: a join here let the
     -- planner hash the whole ledger on every claim (O(ledger) per claim). A resend
-    -- skips the probe: the operator asked for this send of a delivered key.
-    SELECT due.id, due.capped, CASE WHEN due.resend_action_id IS NULL THEN
-                       (SELECT k.delivered_at FROM key_ledger k
-                        WHERE k.idempotency_key = due.idempotency_key
-                          AND k.state = 'delivered') END AS delivered_at
-    FROM due
+    -- skips both: the operator asked for this send of a delivered key.
+    SELECT k.id, k.capped, COALESCE(k.own, k.ledger) AS delivered_at,
+           k.own IS NULL AND k.ledger IS NOT NULL AS in_ledger
+    FROM (SELECT due.id, due.capped,
+                 CASE WHEN due.resend_action_id IS NULL THEN due.delivered_at END AS own,
+                 CASE WHEN due.resend_action_id IS NULL AND due.delivered_at IS NULL THEN
+                     (SELECT l.delivered_at FROM key_ledger l
+                      WHERE l.idempotency_key = due.idempotency_key
+                        AND l.state = 'delivered') END AS ledger
+          FROM due) k
 ), spent AS (
     -- The limited endpoints' budgets: tokens taken (refilled to this moment first),
     -- and the newly leased rows counted while max_in_flight is set.
@@ -166,7 +174,8 @@ UPDATE effects e SET
     attempt_count = e.attempt_count + CASE WHEN known.delivered_at IS NULL THEN 1 ELSE 0 END,
     delivered_at = COALESCE(known.delivered_at, e.delivered_at),
     last_error = CASE WHEN known.delivered_at IS NULL THEN e.last_error
-                      ELSE 'already delivered (key ledger): not sent again' END,
+                      WHEN known.in_ledger THEN 'already delivered (key ledger): not sent again'
+                      ELSE 'already delivered (its delivered_at): not sent again' END,
     updated_at = now()
 FROM known
 WHERE e.id = known.id
@@ -198,8 +207,9 @@ SET LOCAL synchronous_commit = on;
 -- Record a batch of attempt outcomes in one statement (an 'expired' outcome: the
 -- send-by time passed before the first byte, nothing was sent): every row is fenced by
 -- its lease token (a worker that lost its lease changes nothing on the effect;
--- its attempt is logged as 'stale'); a delivery writes the key ledger in the
--- same transaction; a 410 pauses the endpoint, audited (actor 'system') as an
+-- its attempt is logged as 'stale'); a delivered effect's row keeps its key from
+-- being sent again (the key ledger gets it when the row is deleted:
+-- objects/ledger.sql); a 410 pauses the endpoint, audited (actor 'system') as an
 -- operator's pause is, in the same statement, and so is the start of each rest.
 -- An attempt of a resend carries its effect's resend_action_id (the operator's
 -- action that asked for it).
@@ -234,11 +244,6 @@ WITH r AS (
     WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
     RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error,
               r.started_at, r.status_code, r.error_class
-), ledger AS (
-    INSERT INTO key_ledger (idempotency_key, endpoint, payload_sha256, delivered_at)
-    SELECT idempotency_key, endpoint, payload_sha256, now() FROM updated
-    WHERE outcome = 'delivered'
-    ON CONFLICT (idempotency_key) DO NOTHING
 ), paused AS (
     UPDATE endpoints p SET enabled = false, paused_reason = g.reason, paused_at = now(),
                            updated_at = now()

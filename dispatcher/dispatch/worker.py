@@ -7,7 +7,7 @@ that cannot deduplicate: its sends record their start first, and an expired
 lease of a started send ends 'uncertain' for an operator to decide
 (``starts``, docs/dispatcher.md "Uncertain sends"). Everything here is safe
 to repeat: records are fenced by the lease token in SQL, and a delivered key is
-never sent again (the key ledger).
+never sent again (its row while it is there, the key ledger after).
 
 Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer" and queues what it claims for ``concurrency`` senders (long-lived

@@ -150,7 +150,7 @@ def test_while_records_stall_a_worker_sends_no_more_than_it_may_lose(
     engine: Engine, db_url: str, receiver: Receiver
 ) -> None:
     """What a crash loses is what was sent and not yet recorded. With its records held
-    up (the key ledger locked), a worker with 4 sends in flight and claims of 4 sends
+    up (the attempt log locked), a worker with 4 sends in flight and claims of 4 sends
     8 effects and then waits for its records; it kept claiming and sending before,
     every outcome held in memory only, all 40 here. Once the lock goes, every
     effect is recorded, each sent once."""
@@ -161,7 +161,7 @@ def test_while_records_stall_a_worker_sends_no_more_than_it_may_lose(
     worker = None
     try:
         with engine.connect() as blocker, blocker.begin():
-            blocker.execute(sa.text("LOCK TABLE key_ledger IN SHARE MODE"))  # records wait
+            blocker.execute(sa.text("LOCK TABLE delivery_attempts IN SHARE MODE"))  # records wait
             worker = procs.start(env)
             procs.wait_for(lambda: len(receiver.seen()) >= 8, 30, "the first sends")
             time.sleep(2.0)  # a worker that went on would have sent them all by now

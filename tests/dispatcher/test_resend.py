@@ -73,10 +73,10 @@ def test_a_resent_effect_reaches_the_receiver_again_with_the_same_key_recorded_a
     secret, (key, other) = _hook(engine, receiver.url(), n=2)
     assert run_worker(fast, engine) == 0
     first_delivery = _one(
-        engine, "SELECT delivered_at FROM key_ledger WHERE idempotency_key = :k", k=key
+        engine, "SELECT delivered_at FROM effects WHERE idempotency_key = :k", k=key
     )[0]
     # The contrast: a delivered key made pending without a resend (by hand, as a bug
-    # or a restore might) is settled by the claim from the key ledger, never sent.
+    # might) is settled by the claim from its own delivered_at, never sent.
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -104,13 +104,13 @@ def test_a_resent_effect_reaches_the_receiver_again_with_the_same_key_recorded_a
         engine, "SELECT state, last_error FROM effects WHERE idempotency_key = :k", k=other
     ) == (
         "delivered",
-        "already delivered (key ledger): not sent again",
+        "already delivered (its delivered_at): not sent again",
     )
-    # The ledger still says when the key was first delivered; the effect, when last.
-    ledger = _one(
-        engine, "SELECT state, delivered_at FROM key_ledger WHERE idempotency_key = :k", k=key
-    )
-    assert ledger == ("delivered", first_delivery)
+    # The effect says when it was delivered last; the attempts, each time.
+    last_delivery = _one(
+        engine, "SELECT delivered_at FROM effects WHERE idempotency_key = :k", k=key
+    )[0]
+    assert last_delivery > first_delivery
     with engine.connect() as conn:
         detail = audit.effect_detail(conn, key)
     assert detail.effect.state == "delivered" and detail.effect.attempt_count == 2

@@ -99,7 +99,7 @@ def test_a_stale_token_changes_nothing_and_is_logged_stale(engine: Engine) -> No
     assert _state(engine, key)["state"] == "delivered"
 
 
-def test_delivery_writes_the_key_ledger_and_retry_reschedules(engine: Engine) -> None:
+def test_a_delivery_writes_no_ledger_row_and_a_retry_reschedules(engine: Engine) -> None:
     insert_endpoint(engine, "hook")
     keys = _enqueue(engine, 2)
     a, b = store.claim(engine, "w1", 10, 30)
@@ -109,14 +109,39 @@ def test_delivery_writes_the_key_ledger_and_retry_reschedules(engine: Engine) ->
         [_result(a, "delivered", status_code=200), _result(b, "retry", delay_s=300, error="500")],
     )
     assert recorded == {(a.id, a.lease_token): True, (b.id, b.lease_token): True}
-    with engine.connect() as conn:
-        ledger = conn.execute(sa.text("SELECT idempotency_key FROM key_ledger")).scalars().all()
-    assert ledger == [a.idempotency_key]
+    with engine.connect() as conn:  # the row keeps the key while it is there
+        assert conn.execute(sa.text("SELECT count(*) FROM key_ledger")).scalar_one() == 0
+    assert _state(engine, a.idempotency_key)["state"] == "delivered"
     retried = _state(engine, b.idempotency_key)
     assert retried["state"] == "pending" and retried["lease_token"] is None
     assert retried["last_error"] == "500"
     assert retried["next_attempt_at"] > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=250)
     assert set(keys) == {a.idempotency_key, b.idempotency_key}
+
+
+def test_deleting_a_delivered_effect_keeps_its_key_so_it_is_never_enqueued_again(
+    engine: Engine,
+) -> None:
+    """Whoever deletes the row (here a bare DELETE, as an operator might), the
+    finished key enters the ledger with how and when it finished; an unfinished
+    one (the retried effect) does not."""
+    insert_endpoint(engine, "hook")
+    _enqueue(engine, 2)
+    a, b = store.claim(engine, "w1", 10, 30)
+    store.record(engine, "w1", [_result(a, "delivered", status_code=200), _result(b, "retry")])
+    delivered_at = _state(engine, a.idempotency_key)["delivered_at"]
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM effects"))
+    with engine.connect() as conn:
+        ledger = conn.execute(
+            sa.text("SELECT idempotency_key, state, delivered_at FROM key_ledger")
+        ).all()
+    assert [tuple(r) for r in ledger] == [(a.idempotency_key, "delivered", delivered_at)]
+    with engine.begin() as conn:
+        again = enqueue(conn, idempotency_key=a.idempotency_key, endpoint="hook", payload={"i": 0})
+        fresh = enqueue(conn, idempotency_key=b.idempotency_key, endpoint="hook", payload={"i": 1})
+    assert (again.new, fresh.new) == (False, True)
+    assert [c.idempotency_key for c in store.claim(engine, "w1", 10, 30)] == [b.idempotency_key]
 
 
 def test_gone_kills_the_effect_and_pauses_the_endpoint(engine: Engine) -> None:

@@ -108,12 +108,13 @@ def test_each_broken_invariant_is_found_and_named(
                 "UPDATE effects SET expires_at = (SELECT min(started_at) FROM delivery_attempts"
                 " WHERE effect_id = effects.id) - interval '1 second' WHERE idempotency_key = :k6"
             ),
-            # A delivered effect that lost its delivered attempt, another its ledger row.
+            # A delivered effect that lost its delivered attempt.
             (
                 "DELETE FROM delivery_attempts WHERE effect_id = "
                 "(SELECT id FROM effects WHERE idempotency_key = :k1)"
             ),
-            "DELETE FROM key_ledger WHERE idempotency_key = :k2",
+            # The trigger that keeps a deleted finished effect's key, switched off.
+            "ALTER TABLE effects DISABLE TRIGGER effects_keys_kept_on_delete",
             # A delivered effect sent and delivered again with no operator's resend.
             (
                 "INSERT INTO delivery_attempts (effect_id, attempt, worker_id, started_at,"
@@ -144,7 +145,6 @@ def test_each_broken_invariant_is_found_and_named(
         ]
         params = {
             "k1": keys[1],
-            "k2": keys[2],
             "k3": effect_key("verify", "leased"),
             "k4": effect_key("verify", "flying"),
             "k5": effect_key("verify", "orphan"),
@@ -158,7 +158,8 @@ def test_each_broken_invariant_is_found_and_named(
     assert sorted(found) == sorted(verify.CHECKS)
     assert [v.key for v in found["finished_without_attempts"]] == [keys[1]]
     assert "no delivered attempt" in found["finished_without_attempts"][0].detail
-    assert [v.key for v in found["delivered_without_ledger"]] == [keys[2]]
+    (guard,) = found["ledger_guard_off"]
+    assert "effects_keys_kept_on_delete is disabled" in guard.detail and guard.key is None
     assert [v.key for v in found["delivered_again_unasked"]] == [keys[3]]
     assert "without an operator's resend" in found["delivered_again_unasked"][0].detail
     assert [v.row_id for v in found["held_batch_leased"]] == [held[0].id]
@@ -228,9 +229,9 @@ def _free_port() -> int:
 def test_the_continuous_checker_exports_its_counts_as_metrics(
     db_url: str, engine: Engine, fast: Settings, receiver: Receiver
 ) -> None:
-    keys = _drained(engine, fast, receiver, n=5)
+    _drained(engine, fast, receiver, n=5)
     with engine.begin() as conn:
-        conn.execute(sa.text("DELETE FROM key_ledger WHERE idempotency_key = :k"), {"k": keys[1]})
+        conn.execute(sa.text("DROP TRIGGER effects_keys_kept_on_delete ON effects"))
     port = _free_port()
     env = {"DATABASE_URL": db_url, "PATH": "/usr/bin:/bin"}
     cmd = [
@@ -258,7 +259,7 @@ def test_the_continuous_checker_exports_its_counts_as_metrics(
             if "outbox_verify_caught_up 1.0" in text:
                 break
             time.sleep(0.2)
-        assert 'outbox_verify_violations{check="delivered_without_ledger"} 1.0' in text
+        assert 'outbox_verify_violations{check="ledger_guard_off"} 1.0' in text
         assert 'outbox_verify_violations{check="lease_overdue"} 0.0' in text
         assert "outbox_verify_last_run_timestamp_seconds" in text
     finally:
@@ -268,4 +269,4 @@ def test_the_continuous_checker_exports_its_counts_as_metrics(
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
-    assert b"delivered_without_ledger" in err
+    assert b"ledger_guard_off" in err and b"is missing" in err
