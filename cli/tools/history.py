@@ -4,10 +4,11 @@ mechanisms at small scale.
 
 What a year of the billing job leaves behind (``history.sql`` says each part):
 markers, effects (95% delivered, 4% dead, 1% cancelled), their attempts (3 on
-average), the key ledger the record writes for every delivered key, and the
-rejects the markers count. Chunks of effects load side by side on ``workers``
-connections (each chunk its own transaction); every row is a function of its
-number, so the result does not depend on how the chunks were shared.
+average), a key ledger as big as the delivered effects (the keys of effects a
+purge deleted before: no effect row has them), and the rejects the markers
+count. Chunks of effects load side by side on ``workers`` connections (each chunk
+its own transaction); every row is a function of its number, so the result does
+not depend on how the chunks were shared.
 """
 
 from __future__ import annotations
