@@ -35,6 +35,7 @@ class Ctx:
     base: str  # the receiver
     engine: Engine
     receiver_pid: int
+    lat_base: str = ""  # the ``lat`` endpoint's receiver, when not ``base``
 
 
 def cores() -> int:
@@ -367,7 +368,8 @@ def latency(
     finally:
         stop_all([proc])
     failed = _failed_attempts(ctx.engine)
-    with urllib.request.urlopen(f"{ctx.base}/arrivals", timeout=30) as resp:  # noqa: S310
+    arrivals_at = f"{ctx.lat_base or ctx.base}/arrivals"
+    with urllib.request.urlopen(arrivals_at, timeout=30) as resp:  # noqa: S310
         arrivals = json.loads(resp.read())
     first: dict[str, float] = {}
     for key, at in arrivals:

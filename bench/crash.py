@@ -148,11 +148,11 @@ def _count(engine: sa.Engine, state: str) -> int:
 def webhooks(ctx: contenders.Ctx, n: int, kills: int, run: Run) -> Drill:
     """Re-sends per kill to a deduplicating webhook endpoint (the bench's ``lat``)."""
     contenders._reset(ctx.engine)
-    _arrivals(ctx.base)  # forget earlier ones
+    _arrivals(ctx.lat_base or ctx.base)  # forget earlier ones
     insert_effects(ctx.engine, n, "lat")
     _kill_all(ctx, kills, run)
     _drain(ctx, run)
-    seen = collections.Counter(_arrivals(ctx.base))
+    seen = collections.Counter(_arrivals(ctx.lat_base or ctx.base))
     return Drill(kills, n, _count(ctx.engine, "delivered"), sum(seen.values()) - len(seen), 0, 0)
 
 

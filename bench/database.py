@@ -45,10 +45,11 @@ async def _install_pgqueuer(url: str) -> None:
         await conn.close()
 
 
-def load(url: str, base: str) -> Engine:
+def load(url: str, base: str, lat_base: str = "") -> Engine:
     """Endpoints ``bench`` (-> /hook), ``bench-limited`` (a rate limit and
     max_in_flight far above what one machine sends: the limits' bookkeeping, never
-    their waiting), ``bench-ordered`` (per-key ordering) and ``lat`` (-> /lat),
+    their waiting), ``bench-ordered`` (per-key ordering) and ``lat`` (-> /lat of
+    ``lat_base``, another receiver: another customer's server, default ``base``),
     pgqueuer's tables; an engine."""
     asyncio.run(_install_pgqueuer(url))
     engine = db.create_engine(url, pool_size=2)
@@ -62,7 +63,7 @@ def load(url: str, base: str) -> Engine:
             max_in_flight=100_000,
         )
         add_webhook(conn, name="bench-ordered", url=f"{base}/hook", ordered=True)
-        add_webhook(conn, name="lat", url=f"{base}/lat")
+        add_webhook(conn, name="lat", url=f"{lat_base or base}/lat")
     return engine
 
 
