@@ -377,6 +377,9 @@ def latency(
     LAST_SEND_STARTS[:] = sorted(
         (at - committed[k]) * 1000 for k, at in _send_starts(ctx.engine).items() if k in committed
     )
+    never = [k for k in committed if k not in first]
+    if never:
+        raise RuntimeError(f"{len(never)} of {len(committed)} fresh effects never arrived")
     return sorted((first[k] - committed[k]) * 1000 for k in committed), achieved, failed
 
 
@@ -399,17 +402,12 @@ def _send_starts(engine: Engine) -> dict[str, float]:
 
 
 def _reset_latency(engine: Engine, backlog: int) -> None:
-    """The last round's ``lat`` effects gone (with their key ledger rows: a key in the
-    ledger is never sent again, so the next round's would never arrive), the other
+    """The last round's ``lat`` effects gone, then their key ledger rows (a key in the
+    ledger is never sent again, so the next round's would never arrive; the ledger's
+    trigger writes a deleted finished effect's key there: ledger.sql), the other
     endpoint's due backlog topped up to ``backlog`` effects older than any fresh one;
     the rest of the table stays."""
     with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "DELETE FROM key_ledger WHERE idempotency_key IN"
-                " (SELECT idempotency_key FROM effects WHERE endpoint = 'lat')"
-            )
-        )
         conn.execute(
             sa.text(
                 "DELETE FROM delivery_attempts WHERE effect_id IN"
@@ -417,6 +415,7 @@ def _reset_latency(engine: Engine, backlog: int) -> None:
             )
         )
         conn.execute(sa.text("DELETE FROM effects WHERE endpoint = 'lat'"))
+        conn.execute(sa.text("DELETE FROM key_ledger WHERE endpoint = 'lat'"))
         missing = backlog - int(conn.execute(sa.text(_BACKLOG_DUE)).scalar_one())
         if missing > 0:
             conn.execute(sa.text(_BACKLOG), {"n": missing, "pad": PAD})
