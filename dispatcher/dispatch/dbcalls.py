@@ -46,7 +46,7 @@ def _log_retry(state: RetryCallState) -> None:
 
 
 class DbCalls:
-    def __init__(self, engine: Engine, threads: int = 5) -> None:
+    def __init__(self, engine: Engine, threads: int = 4) -> None:
         self._engine = engine
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="outbox-db")
 

@@ -111,7 +111,7 @@ class Delivery:
         """Send once, or hand the lease back unsent (shutdown, paused or resting endpoint).
         The caller bounds how many run at once (the worker's senders)."""
         if self._hold.is_set():
-            return store.Release(effect.id, effect.lease_token, endpoint=effect.endpoint)
+            return store.Release(effect.id, effect.lease_token)
         return await self._attempt(effect)
 
     async def _attempt(self, effect: store.Claimed) -> store.Result | store.Release:
@@ -121,7 +121,7 @@ class Delivery:
             if rest_s is not None:
                 # Paused: due at once, but nobody claims it until an operator resumes
                 # it; resting: due when the rest ends.
-                return store.Release(effect.id, effect.lease_token, rest_s, effect.endpoint)
+                return store.Release(effect.id, effect.lease_token, rest_s)
             if past_send_by(effect):
                 # Its send-by time came while it waited for a sender: never sent. (The
                 # channel asks again right before the first byte.)
@@ -130,7 +130,7 @@ class Delivery:
             if left_s < self._settings.lease_s / 2:
                 # Waited too long for its turn: sending now could outlive the lease
                 # and race a worker that re-claimed it. Hand it back instead.
-                return store.Release(effect.id, effect.lease_token, endpoint=effect.endpoint)
+                return store.Release(effect.id, effect.lease_token)
         span = None
         if self._traces is not None:
             span = self._traces.send_started(effect, endpoint.kind if endpoint else "unknown")
@@ -147,7 +147,7 @@ class Delivery:
             if sent.outcome == NOT_STARTED:
                 # Its start could not be recorded (lease lost, database away): an
                 # unrecorded start is not sent (docs/dispatcher.md, "Uncertain sends").
-                return store.Release(effect.id, effect.lease_token, endpoint=effect.endpoint)
+                return store.Release(effect.id, effect.lease_token)
             if sent.outcome == "gone":
                 self._gone.add(endpoint.name)
         duration_s = time.perf_counter() - t0

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from spark_outbox.core import outside
 from spark_outbox.core.errors import DatabaseUnavailable
@@ -41,7 +41,7 @@ class Recorder:
         *,
         batch_size: int,
         give_up_s: float,
-        recorded: Callable[[Sequence[store.Result | store.Release]], None],
+        recorded: Callable[[int], None],
         statements: store.Statements | None = None,
         traces: Traces | None = None,
     ) -> None:
@@ -51,7 +51,7 @@ class Recorder:
         self._metrics = metrics
         self._batch_size = batch_size
         self._give_up_s = give_up_s
-        self._recorded = recorded  # told which claimed effects are settled
+        self._recorded = recorded  # told how many claimed effects are settled
         self._statements = statements or store.Statements()  # how records run
         self._traces = traces  # None: tracing is off
         # Recorded outcomes by name (delivered, retry, dead, gone, stale, unrecorded).
@@ -73,10 +73,10 @@ class Recorder:
             releases = [r for r in batch if isinstance(r, store.Release)]
             if results:
                 await self._record(results)
-                self._recorded(results)
+                self._recorded(len(results))
             if releases:
                 await self._db.call(store.release, releases, give_up_after_s=60.0)
-                self._recorded(releases)
+                self._recorded(len(releases))
 
     async def _record(self, batch: list[store.Result]) -> None:
         t0 = time.time_ns() if self._traces is not None else 0

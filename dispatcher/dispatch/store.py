@@ -129,12 +129,10 @@ class Result:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
-    """What one claim leased, and whether it took all it asked for (more may be due);
-    ``backlogged``: the endpoints that had more due than their share of it."""
+    """What one claim leased, and whether it took all it asked for (more may be due)."""
 
     effects: list[Claimed]
     full: bool
-    backlogged: frozenset[str] = frozenset()
 
 
 class Statements:
@@ -180,16 +178,6 @@ class Statements:
         self._last_claimed = len(leased.effects)
         return leased
 
-    def claim_news(
-        self, engine: Engine, worker_id: str, room: int, lease_s: float, busy: Sequence[str]
-    ) -> Claim:
-        """Lease up to ``room`` due effects of every endpoint but the ``busy`` ones
-        (new work beside a worker's backlog, ``worker.NEWS_ROOM``): small, so prepared
-        when preparation is on; it says nothing of what the busy endpoints have due,
-        so it does not count as the last claim."""
-        limit = _prepared.size_of(room, self._batch_size) if self.prepared else room
-        return lease(engine, worker_id, limit, lease_s, prepared=self.prepared, busy=busy)
-
     def record(
         self, engine: Engine, worker_id: str, results: Sequence[Result]
     ) -> dict[tuple[int, str], bool]:
@@ -205,13 +193,7 @@ def claim(
 
 
 def lease(
-    engine: Engine,
-    worker_id: str,
-    limit: int,
-    lease_s: float,
-    *,
-    prepared: bool = False,
-    busy: Sequence[str] = (),
+    engine: Engine, worker_id: str, limit: int, lease_s: float, *, prepared: bool = False
 ) -> Claim:
     """``claim``, and whether more may be due: the claim took ``limit`` rows, or an
     endpoint filled its fair share of them (store.sql).
@@ -219,10 +201,9 @@ def lease(
     ``prepared``: run the claim as a statement prepared once per connection and
     ``limit`` (``spark_outbox.dispatch.prepared``: planning was ~70 % of a small claim's cost);
     ``Statements`` asks for it after a short claim, with few distinct limits
-    (``prepared.size_of``). Otherwise the claim is planned per call. ``busy``:
-    endpoints left out (``Statements.claim_news``).
+    (``prepared.size_of``). Otherwise the claim is planned per call.
     """
-    params = {"worker_id": worker_id, "lease_s": lease_s, "busy": list(busy)}
+    params = {"worker_id": worker_id, "lease_s": lease_s}
     before = time.monotonic()
     deadline = before + lease_s
     with engine.begin() as conn:
@@ -247,15 +228,7 @@ def lease(
         for r in rows
         if not r[7]
     ]
-    backlogged = frozenset(str(r[2]) for r in rows if r[9])
-    return Claim(effects, full=len(rows) >= limit or bool(backlogged), backlogged=backlogged)
-
-
-def claim_params(worker_id: str, limit: int, lease_s: float) -> dict[str, Any]:
-    """Every parameter of the claim planned per call (store.sql), no endpoint left out."""
-    return {"worker_id": worker_id, "limit": limit, "lease_s": lease_s, "busy": []} | {
-        "window": CLAIM_WINDOW
-    }
+    return Claim(effects, full=len(rows) >= limit or any(r[9] for r in rows))
 
 
 # How many due rows of an ordered endpoint one claim looks at, at most (its front,
@@ -270,7 +243,7 @@ def _claim_statement(limit: int) -> _prepared.Statement:
     if limit < 1:
         raise ValueError(f"claim limit {limit}: at least 1")
     sql = _prepared.literal(_Q["claim"], limit=int(limit), window=CLAIM_WINDOW)
-    types = {"worker_id": "text", "lease_s": "float8", "busy": "text[]"}
+    types = {"worker_id": "text", "lease_s": "float8"}
     return _prepared.Statement(f"outbox_claim_{int(limit)}", sql, types)
 
 
@@ -421,7 +394,6 @@ class Release:
     effect_id: int
     lease_token: str
     delay_s: float = 0.0
-    endpoint: str = ""  # the worker's count of its unrecorded effects by endpoint
 
 
 def release(engine: Engine, leases: Sequence[Release]) -> int:

@@ -45,9 +45,6 @@ WITH RECURSIVE present(endpoint) AS (
       -- paused endpoint's backlog from being walked on every claim.
       AND COALESCE(ep.enabled, true)
       AND (b.resting_until IS NULL OR b.resting_until <= now())
-      -- A claim of new work beside a worker's backlog leaves the backlogged
-      -- endpoints out (:busy; empty for every other claim).
-      AND NOT p.endpoint = ANY(CAST(:busy AS text[]))
     ORDER BY random()
 ), due AS (
     -- A limited endpoint's budget row is locked before its share is computed, so

@@ -49,14 +49,12 @@ class Traces:
         self._worker_id = worker_id
 
     def claim(self, inner: Callable[..., store.Claim]) -> Callable[..., store.Claim]:
-        """``inner`` (``Statements.claim`` or ``claim_news``) with a span, and the claimed effects'
+        """``inner`` (``Statements.claim``) with a span, and the claimed effects'
         trace contexts read in one statement (an empty claim makes no span)."""
 
-        def traced(
-            engine: Engine, worker_id: str, room: int, lease_s: float, *more: Any
-        ) -> store.Claim:
+        def traced(engine: Engine, worker_id: str, room: int, lease_s: float) -> store.Claim:
             started_ns = time.time_ns()
-            claim = inner(engine, worker_id, room, lease_s, *more)
+            claim = inner(engine, worker_id, room, lease_s)
             if not claim.effects:
                 return claim
             created = _created_in(engine, claim.effects)

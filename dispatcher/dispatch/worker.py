@@ -31,7 +31,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
 
@@ -53,15 +52,6 @@ log = logging.getLogger(__name__)
 # Parking passes in a row, at most, before the next poll interval (each looks at
 # store.PARK_WINDOW rows of each ordered endpoint).
 PARK_PASSES = 100
-# New work beside a backlog (``Worker._claim_news``): claimed at once, on its own
-# connection beside the backlog's claims and records, up to this many effects beyond
-# the usual bound (``Worker._room``), for every endpoint but those with NEWS_ROOM or
-# more effects claimed and unrecorded by the worker (a backlog of its own). A fresh effect otherwise
-# waited for the next record to free room, then for the claim that took the
-# backlog's share too: commit-to-send-start 40-50 ms p50 beside a 1,000,000-effect
-# backlog (bench dispatch). What a crash can leave sent and unrecorded grows by as
-# much at most.
-NEWS_ROOM = 32
 
 
 def default_worker_id() -> str:
@@ -98,11 +88,8 @@ class Worker:
         # Sends at once per endpoint that cannot deduplicate (``lanes``).
         self._lanes: Lanes[store.Claimed] = Lanes(settings.nondedup_concurrency)
         self._held = 0  # claimed, not yet through a sender (waiting or being sent)
-        # Set by news while the last claim was full (a backlog): ``_claim_news``.
-        self._news_beside = asyncio.Event()
         self._none_held = asyncio.Event()
         self._unrecorded = 0  # claimed, not yet recorded (idle needs 0)
-        self._unrecorded_by: collections.Counter[str] = collections.Counter()  # by endpoint
         self._more_due = False  # the last claim took all it asked for
         self._news = False  # woken (NOTIFY, a listener back) since the last claim
         self._statements = store.Statements.from_settings(settings)
@@ -110,10 +97,8 @@ class Worker:
         tracer = tracing.tracer()
         self._traces = None if tracer is None else Traces(tracer, self.worker_id)
         self._claim = self._statements.claim
-        self._claim_news_call = self._statements.claim_news
         if self._traces is not None:
             self._claim = self._traces.claim(self._statements.claim)
-            self._claim_news_call = self._traces.claim(self._statements.claim_news)
         self._recorder = Recorder(
             self._db,
             self.worker_id,
@@ -140,15 +125,12 @@ class Worker:
         """Ask the worker to stop: no new claims; in-flight sends are finished."""
         self._stopping.set()
         self._wake.set()
-        self._news_beside.set()
 
     def wake(self, news: bool = True) -> None:
         """New work (NOTIFY): claim now, or, when ``news``, as soon as a record frees
         any room; a successor of an ordered key is claimed with the next batch
         (``wakeup.SUCCESSORS``)."""
         self._news = self._news or news
-        if news and self._more_due:
-            self._news_beside.set()  # the loop is busy with a backlog: _claim_news
         self._wake.set()
 
     async def run(self) -> int:
@@ -164,7 +146,6 @@ class Worker:
         steps = {
             "listener": Listener(self.settings.listen_database_url or self._url, self.wake).run(),
             "recorder": self._recorder.run(),
-            "claim_news": self._claim_news(),
             "heartbeat": every(s.heartbeat_interval_s, self._heartbeat),
             # Expired leases of started sends become 'uncertain' (claimable_effects
             # never offers them meanwhile; docs/dispatcher.md).
@@ -218,7 +199,10 @@ class Worker:
                 claim = await self._db.call(
                     self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
-                self._take(claim.effects if claim is not None else [])
+                for effect in claim.effects if claim is not None else []:
+                    self._unrecorded += 1
+                    self._held += 1
+                    self._waiting.put_nowait(effect)
                 self._more_due = claim is not None and claim.full
                 if self._more_due:
                     continue  # more may be due right now
@@ -227,38 +211,6 @@ class Worker:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), s.poll_interval_s)
-
-    def _take(self, effects: list[store.Claimed]) -> None:
-        for effect in effects:
-            self._unrecorded += 1
-            self._held += 1
-            self._unrecorded_by[effect.endpoint] += 1
-            self._waiting.put_nowait(effect)
-
-    async def _claim_news(self) -> None:
-        """New work notified while the loop is busy with a backlog (its last claim was
-        full): a claim now, beside the loop's, of up to ``NEWS_ROOM`` effects of every
-        endpoint the worker has fewer than ``NEWS_ROOM`` of claimed and unrecorded (not
-        the backlog's),
-        within ``NEWS_ROOM`` beyond the usual bound. Returns once stopping."""
-        s = self.settings
-        while True:
-            await self._news_beside.wait()
-            self._news_beside.clear()
-            if self._stopping.is_set():
-                return
-            room = min(NEWS_ROOM, s.concurrency + s.claim_batch_size + NEWS_ROOM - self._unrecorded)
-            if room <= 0 or not self._more_due:
-                continue  # the loop's next claim takes it (``_claim_at``)
-            busy = sorted(e for e, n in self._unrecorded_by.items() if n >= NEWS_ROOM)
-            self._news = False  # this claim sees whatever was notified so far
-            claim = await self._db.call(
-                self._claim_news_call, self.worker_id, room, s.lease_s, busy, until=self._stopping
-            )
-            if claim is not None:
-                self._take(claim.effects)
-                if claim.full:
-                    self._news_beside.set()  # more new work may be due
 
     async def _idle(self) -> bool:
         if self._held or self._unrecorded:
@@ -292,9 +244,7 @@ class Worker:
                 extra={"event": "attempt.failed", "idempotency_key": effect.idempotency_key}
                 | outside.failure(exc),
             )
-            outcome = store.Release(
-                effect.id, effect.lease_token, self.settings.poll_interval_s, effect.endpoint
-            )
+            outcome = store.Release(effect.id, effect.lease_token, self.settings.poll_interval_s)
         self._recorder.queue.put_nowait(outcome)
         self._sent()
 
@@ -309,12 +259,8 @@ class Worker:
         s = self.settings
         return min(s.claim_batch_size, s.concurrency + s.claim_batch_size - self._unrecorded)
 
-    def _settled(self, outcomes: Sequence[store.Result | store.Release]) -> None:
-        self._unrecorded -= len(outcomes)
-        for outcome in outcomes:
-            self._unrecorded_by[outcome.endpoint] -= 1
-            if self._unrecorded_by[outcome.endpoint] <= 0:
-                del self._unrecorded_by[outcome.endpoint]
+    def _settled(self, count: int) -> None:
+        self._unrecorded -= count
         if self.until_idle and not self._unrecorded:
             self._wake.set()  # the idle check waits for the last records
         elif self._more_due and self._room() >= self._claim_at():
@@ -408,11 +354,6 @@ class Worker:
         leased: they are sent again once the lease expires (at-least-once), or, to an
         endpoint that cannot deduplicate, end 'uncertain'."""
         self._stopping.set()
-        self._news_beside.set()
-        news = side.pop("claim_news")
-        with contextlib.suppress(Exception):  # its claim in flight ends before the hand-back
-            await asyncio.wait_for(asyncio.shield(news), self.settings.shutdown_timeout_s)
-        news.cancel()
         delivery.hold_unstarted()  # the senders hand back what is still waiting
         if self._held:
             self._none_held.clear()

@@ -12,7 +12,6 @@ import collections
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
 
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +22,7 @@ from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
-from spark_outbox.dispatch.worker import NEWS_ROOM, Worker
+from spark_outbox.dispatch.worker import Worker
 from tests.conftest import insert_endpoint
 from tests.dispatcher.conftest import Receiver, Reply
 
@@ -156,55 +155,3 @@ def test_a_claim_gives_each_endpoint_its_fair_share_of_the_batch(
         if n and limit >= n_due:
             assert taken[name] >= 1, (name, taken)
     assert taken.total() == min(limit, sum(min(n, fair) for n in due)), taken
-
-
-def test_new_work_is_claimed_while_a_backlogged_worker_waits_for_its_records(
-    engine: Engine, fast: Settings, receiver: Receiver
-) -> None:
-    """A worker at its bound (concurrency + claim_batch_size claimed, unrecorded)
-    claimed nothing until a record freed room: a fresh effect of another endpoint
-    waited for the next record (commit-to-send-start 40-50 ms p50 beside a
-    1,000,000-effect backlog, bench dispatch), here for ever, its records held up
-    (delivery_attempts locked). New work is claimed at once beside the backlog
-    (worker.NEWS_ROOM), for every endpoint but the backlogged one: the fresh effect
-    goes out, the backlog gets nothing beyond the bound."""
-    with engine.begin() as conn:
-        add_webhook(conn, name="backlog", url=receiver.url("/backlog"))
-        add_webhook(conn, name="fresh", url=receiver.url("/fresh"))
-    _backlog(engine, "backlog", 300)
-    # a bound of 48, above NEWS_ROOM: the backlog counts as the worker's own
-    settings = dataclasses.replace(fast, concurrency=16, claim_batch_size=32, lease_s=30.0)
-    bound = settings.concurrency + settings.claim_batch_size
-    assert bound >= NEWS_ROOM
-
-    async def until(what: str, predicate: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 20
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.01)
-
-    async def main() -> tuple[int, int, int, float]:
-        worker = Worker(settings, engine, database_url=settings.database_url, until_idle=True)
-        with engine.connect() as blocker:
-            blocker.begin()
-            blocker.execute(sa.text("LOCK TABLE delivery_attempts IN SHARE MODE"))  # no record
-            running = asyncio.create_task(worker.run())
-            try:
-                await until("the backlog's sends", lambda: len(receiver.seen("/backlog")) >= bound)
-                await asyncio.sleep(0.5)  # the worker is at its bound, its records held up
-                at_bound = len(receiver.seen("/backlog"))
-                committed = await asyncio.to_thread(_fresh, engine, "f" * 64)
-                await until("the fresh effect", lambda: bool(receiver.seen("/fresh")))
-                waited = receiver.seen("/fresh")[0].at - committed
-                await asyncio.sleep(0.3)
-                beside = len(receiver.seen("/backlog"))
-            finally:
-                blocker.rollback()
-        return await asyncio.wait_for(running, 60), at_bound, beside, waited
-
-    exit_code, at_bound, beside, waited = asyncio.run(main())
-    assert exit_code == 0
-    assert at_bound == beside == bound, (at_bound, beside)  # and no more of the backlog
-    assert waited < 5, waited
-    keys = receiver.keys()
-    assert len(keys) == len(set(keys)) == 301  # then everything, each once

@@ -433,7 +433,7 @@ def test_a_claim_behind_a_deep_key_probes_its_window_of_the_endpoint_only(
         for name, value in store.ENGINE_OPTIONS["session_settings"].items():
             conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
         sql = store._Q["claim"].text
-        params = store.claim_params("w", 100, 60)
+        params = {"worker_id": "w", "limit": 100, "lease_s": 60, "window": store.CLAIM_WINDOW}
         params = {name: v for name, v in params.items() if f":{name}" in sql}
         explain = sa.text("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql)
         plan = "\n".join(conn.execute(explain, params).scalars())
@@ -507,7 +507,7 @@ def test_the_claim_locks_an_ordered_endpoint_s_front_by_row_address_on_stale_sta
         for name, value in store.ENGINE_OPTIONS["session_settings"].items():
             conn.exec_driver_sql(f"SET LOCAL {name} = {value}")  # as a dispatcher plans it
         sql = store._Q["claim"].text
-        params = store.claim_params("w", 500, 60)
+        params = {"worker_id": "w", "limit": 500, "lease_s": 60, "window": store.CLAIM_WINDOW}
         params = {name: v for name, v in params.items() if f":{name}" in sql}
         explain = sa.text("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql)
         plan = "\n".join(conn.execute(explain, params).scalars())

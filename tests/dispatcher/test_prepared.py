@@ -99,7 +99,7 @@ def test_the_generic_plan_never_reads_the_whole_outbox(one_connection: Engine) -
     with one_connection.connect() as conn:
         conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         plan = "\n".join(
-            row[0] for row in conn.exec_driver_sql("EXPLAIN EXECUTE outbox_claim_8 ('{}', 'w', 30)")
+            row[0] for row in conn.exec_driver_sql("EXPLAIN EXECUTE outbox_claim_8 ('w', 30)")
         )
         conn.exec_driver_sql("RESET plan_cache_mode")
     assert "Seq Scan on effects" not in plan, plan

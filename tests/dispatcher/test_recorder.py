@@ -64,12 +64,7 @@ def test_a_row_the_database_refuses_is_recorded_without_its_texts_and_the_rest_a
         db = DbCalls(engine)
         settled: list[int] = []
         recorder = Recorder(
-            db,
-            "w",
-            Metrics(),
-            batch_size=100,
-            give_up_s=5.0,
-            recorded=lambda batch: settled.append(len(batch)),
+            db, "w", Metrics(), batch_size=100, give_up_s=5.0, recorded=settled.append
         )
         for r in results:
             recorder.queue.put_nowait(r)

@@ -243,7 +243,7 @@ def test_the_claim_walks_the_due_index_in_order(engine: Engine, db_url: str) -> 
         plan = (
             conn.execute(
                 sa.text("EXPLAIN " + store._Q["claim"].text),
-                store.claim_params("w", 10, 30),
+                {"worker_id": "w", "limit": 10, "lease_s": 30, "window": store.CLAIM_WINDOW},
             )
             .scalars()
             .all()
