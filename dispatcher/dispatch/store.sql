@@ -242,8 +242,8 @@ WITH r AS (
         updated_at = now()
     FROM r
     WHERE e.id = r.id AND e.state = 'leased' AND e.lease_token = r.token
-    RETURNING e.id, r.token, e.idempotency_key, e.endpoint, e.payload_sha256, r.outcome, r.error,
-              r.started_at, r.status_code, r.error_class
+    RETURNING e.id, r.token, e.endpoint, r.outcome, r.error, r.started_at, r.status_code,
+              r.error_class
 ), paused AS (
     UPDATE endpoints p SET enabled = false, paused_reason = g.reason, paused_at = now(),
                            updated_at = now()
