@@ -55,8 +55,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from bench import contenders, cpu, crash, valves
 from bench.bench_dispatch_explain import explained
@@ -356,6 +358,13 @@ def main(argv: list[str]) -> int:
         help="finished effects loaded before the backlog's latency rounds (e.g. 10000000)",
     )
     parser.add_argument(
+        "--stale-statistics",
+        action="store_true",
+        help="with --history: autovacuum off for effects during the backlog's rounds, so the"
+        " statistics stay those of the history alone (a backlog ANALYZE has not seen yet:"
+        " autovacuum waits for 10%% of the table to change), the same for every contender",
+    )
+    parser.add_argument(
         "--kills",
         type=int,
         default=10,
@@ -455,12 +464,30 @@ def _bench(args: argparse.Namespace) -> None:
                         print(f"\nloaded a history of {args.history:,} delivered effects in "
                               f"{took:.0f} s", flush=True)  # fmt: skip
                     rounds = args.latency_rounds
-                    latency(ctx, args.rate, args.latency_s, rounds, args.backlog, codes)
+                    with _stale_statistics(ctx.engine, args.stale_statistics):
+                        latency(ctx, args.rate, args.latency_s, rounds, args.backlog, codes)
             if args.kills > 0 and not args.valves:
                 print(flush=True)
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
+
+
+@contextlib.contextmanager
+def _stale_statistics(engine: sa.Engine, on: bool) -> Iterator[None]:
+    """``on``: no autovacuum of ``effects`` meanwhile (its statistics stay as they are;
+    set back after)."""
+    if not on:
+        yield
+        return
+    print("\nstatistics of effects kept stale: autovacuum off for it", flush=True)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE effects SET (autovacuum_enabled = false)"))
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE effects RESET (autovacuum_enabled)"))
 
 
 if __name__ == "__main__":
