@@ -28,5 +28,8 @@ class QueueStats:
 
 
 def queue_stats(conn: Connection) -> QueueStats:
+    """The two figures; JIT stays off for the rest of ``conn``'s transaction
+    (queue.sql, without_jit: it doubled the count's time beside a backlog)."""
+    conn.execute(_Q["without_jit"])
     row = conn.execute(_Q["queue_stats"]).one()
     return QueueStats(depth=int(row[0]), oldest_due_age_s=max(0.0, float(row[1])))
