@@ -29,7 +29,7 @@ class QueueCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        with self.engine.connect() as conn:
+        with self.engine.begin() as conn:  # a snapshot the queue's figures take stays
             gauges = health.queue_gauges(conn)
             states = endpoint_states(conn)
         yield from _endpoint_families(states)

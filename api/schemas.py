@@ -221,6 +221,12 @@ class LastBatchPublic(Public):
 class QueuePublic(Public):
     depth: int = Field(description="effects due now (claimable, next attempt not in the future)")
     oldest_due_age_s: float = Field(description="how long the oldest due effect has waited")
+    as_of: Instant | None = Field(
+        None,
+        description="null: counted by this request; else when the queue's last full count was"
+        " taken (beside 10,000 or more due effects: at most 15 s ago, a dispatcher's heartbeat"
+        " apart while dispatchers run)",
+    )
 
 
 class HeldBatchPublic(Public):

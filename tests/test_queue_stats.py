@@ -5,10 +5,15 @@ client of a PgBouncer server connection."""
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from spark_outbox.core.queue import queue_stats
+from spark_outbox.core import queue
+from spark_outbox.core.enqueue import enqueue
+from spark_outbox.core.keys import effect_key
+from spark_outbox.core.queue import Queue, queue_stats
+from tests.conftest import insert_endpoint
 
 JIT = sa.text("SELECT current_setting('jit')")
 
@@ -29,3 +34,110 @@ def test_the_depth_is_counted_without_jit_and_the_setting_ends_with_the_transact
         assert conn.execute(JIT).scalar_one() == "on"
     assert stats.depth == 0
     assert stats.oldest_due_age_s == 0.0
+
+
+# -- beyond the exact count: the queue's snapshot (core/queue.py, migration 2813) -----
+
+CAP = 5  # the exact count's bound, small here (EXACT_UP_TO in production)
+
+
+def _enqueue(engine: Engine, endpoint: str, n: int, start: int = 0) -> None:
+    with engine.begin() as conn:
+        for i in range(start, start + n):
+            key = effect_key("queue-test", endpoint, i)
+            enqueue(conn, idempotency_key=key, endpoint=endpoint, payload={"i": i})
+
+
+def _figures(engine: Engine, refresh_after_s: float = 60.0) -> Queue:
+    with engine.begin() as conn:
+        return queue.queue(conn, refresh_after_s=refresh_after_s, cap=CAP)
+
+
+@pytest.fixture
+def two_endpoints(engine: Engine) -> Engine:
+    insert_endpoint(engine, "hooks")
+    insert_endpoint(engine, "more-hooks")
+    return engine
+
+
+def test_below_the_bound_the_figures_are_counted_live_and_exact(two_endpoints: Engine) -> None:
+    _enqueue(two_endpoints, "hooks", 2)
+    _enqueue(two_endpoints, "more-hooks", 2)
+    first = _figures(two_endpoints)
+    assert first.total.depth == 4 and first.total.as_of is None
+    assert {n: s.depth for n, s in first.endpoints.items()} == {"hooks": 2, "more-hooks": 2}
+    with two_endpoints.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM queue_snapshot")).scalar_one() == 0
+    _enqueue(two_endpoints, "hooks", 1, start=2)  # 5 due: the bound reached
+    assert _figures(two_endpoints).endpoints["hooks"].depth == 3
+
+
+def test_beyond_the_bound_a_full_count_is_kept_and_read_until_it_is_due_again(
+    two_endpoints: Engine,
+) -> None:
+    _enqueue(two_endpoints, "hooks", 6)
+    _enqueue(two_endpoints, "more-hooks", 3)
+    taken = _figures(two_endpoints)
+    assert taken.total.depth == 9, "the full count, not the bound"
+    assert {n: s.depth for n, s in taken.endpoints.items()} == {"hooks": 6, "more-hooks": 3}
+    assert taken.total.as_of is not None
+    assert taken.total.oldest_due_age_s > 0.0
+    # More arrive: a reader within the refresh interval reads the kept figures, as of then.
+    _enqueue(two_endpoints, "more-hooks", 4, start=3)
+    kept = _figures(two_endpoints)
+    assert (kept.total.depth, kept.total.as_of) == (9, taken.total.as_of)
+    # A reader whose interval has passed (a dispatcher's heartbeat) counts again.
+    again = _figures(two_endpoints, refresh_after_s=0.0)
+    assert again.total.depth == 13 and again.endpoints["more-hooks"].depth == 7
+    assert again.total.as_of is not None and again.total.as_of > taken.total.as_of
+    # Drained below the bound: live and exact again, whatever the snapshot says.
+    with two_endpoints.begin() as conn:
+        conn.execute(sa.text("UPDATE effects SET state = 'cancelled' WHERE endpoint = 'hooks'"))
+        conn.execute(
+            sa.text(
+                "UPDATE effects SET state = 'dead' WHERE endpoint = 'more-hooks'"
+                " AND id > (SELECT min(id) + 3 FROM effects WHERE endpoint = 'more-hooks')"
+            )
+        )
+    live = _figures(two_endpoints)
+    assert (live.total.depth, live.total.as_of) == (4, None)
+
+
+def test_a_snapshot_too_old_is_never_read_and_a_reader_never_waits_for_anothers_count(
+    two_endpoints: Engine,
+) -> None:
+    _enqueue(two_endpoints, "hooks", 7)
+    assert _figures(two_endpoints).total.depth == 7
+    with two_endpoints.begin() as conn:
+        conn.execute(sa.text("UPDATE queue_snapshot SET taken_at = now() - interval '1 hour'"))
+    _enqueue(two_endpoints, "hooks", 1, start=7)
+    # Another reader holds the turn (its count under way): this one neither waits for
+    # it nor reads the hour-old figures: it counts, live.
+    with two_endpoints.connect() as other:
+        other.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": queue._SNAPSHOT_LOCK})
+        with two_endpoints.begin() as conn:
+            conn.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+            figures = queue.queue(conn, refresh_after_s=60.0, cap=CAP)
+        assert (figures.total.depth, figures.total.as_of) == (8, None)
+        other.rollback()
+    # The turn free again: the reader takes the snapshot anew.
+    assert _figures(two_endpoints).total.as_of is not None
+    assert _figures(two_endpoints).total.depth == 8
+
+
+def test_out_of_turn_the_full_count_is_skipped_not_filtered(two_endpoints: Engine) -> None:
+    _enqueue(two_endpoints, "hooks", 6)
+    assert _figures(two_endpoints).total.as_of is not None  # a snapshot, fresh
+    refresh = queue._Q["refresh_snapshot"].text
+    params = {"refresh_after_s": 60.0, "lock_key": queue._SNAPSHOT_LOCK}
+    with two_endpoints.begin() as conn:
+        plan = conn.execute(sa.text(f"EXPLAIN (ANALYZE, FORMAT JSON) {refresh}"), params)
+        root = plan.scalar_one()[0]["Plan"]
+
+    def scans(node: dict) -> list[dict]:  # type: ignore[type-arg]
+        found = [node] if node.get("Relation Name") == "effects" else []
+        return found + [s for child in node.get("Plans", []) for s in scans(child)]
+
+    effects_scans = scans(root)
+    assert effects_scans, "the plan reads effects somewhere"
+    assert all(s["Actual Loops"] == 0 for s in effects_scans), effects_scans

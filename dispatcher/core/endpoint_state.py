@@ -16,7 +16,7 @@ import datetime as dt
 
 from sqlalchemy.engine import Connection
 
-from spark_outbox.core.queue import QueueStats
+from spark_outbox.core.queue import QueueStats, queue
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "endpoint_state.sql")
@@ -71,11 +71,9 @@ class _Facts:
 
 
 def endpoint_states(conn: Connection) -> list[EndpointState]:
-    """Every endpoint, by name, with its state and the queue due for it."""
-    queues = {
-        r.endpoint: QueueStats(int(r.depth), max(0.0, float(r.oldest_due_age_s)))
-        for r in conn.execute(_Q["endpoint_queues"])
-    }
+    """Every endpoint, by name, with its state and the queue due for it (``queue``:
+    beside a large backlog, as of the queue's last full count)."""
+    queues = queue(conn).endpoints
     idle = QueueStats(0, 0.0)
     facts = [_Facts(**r) for r in conn.execute(_Q["endpoint_states"]).mappings()]
     return [_state(f, queues.get(f.name, idle)) for f in facts]

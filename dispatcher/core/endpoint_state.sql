@@ -16,13 +16,3 @@ SELECT ep.name, ep.enabled, ep.paused_reason, ep.archived_at, ep.archived_reason
 FROM endpoints ep
 LEFT JOIN endpoint_budgets b ON b.endpoint = ep.name
 ORDER BY ep.name;
-
--- name: endpoint_queues
--- The queue's two figures per endpoint (core/queue.sql gives them for all):
--- effects due now and how long the oldest has been due, one range of
--- ix_effects_due per endpoint. Endpoints with nothing due are absent.
-SELECT endpoint, count(*) AS depth,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at)), 0) AS oldest_due_age_s
-FROM ready_effects
-WHERE next_attempt_at <= now()
-GROUP BY endpoint;

@@ -414,9 +414,14 @@ def due_soon(engine: Engine, within_s: float) -> bool:
         return bool(conn.execute(_Q["due_soon"], {"within_s": within_s}).scalar())
 
 
-def queue_stats(engine: Engine) -> queue.QueueStats:
+def queue_stats(
+    engine: Engine, refresh_after_s: float = queue.SNAPSHOT_MAX_AGE_S
+) -> queue.QueueStats:
+    """The queue's figures; beside a large backlog the snapshot, taken again by this
+    call when older than ``refresh_after_s`` (``spark_outbox.core.queue``; the
+    dispatcher's engine commits each statement)."""
     with engine.connect() as conn:
-        return queue.queue_stats(conn)
+        return queue.queue_stats(conn, refresh_after_s=refresh_after_s)
 
 
 def endpoint_states(engine: Engine) -> list[endpoint_state.EndpointState]:

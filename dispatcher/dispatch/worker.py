@@ -286,7 +286,8 @@ class Worker:
         await self._db.call(
             store.heartbeat, self.worker_id, self._held, self.delivered, self.failed
         )
-        stats = await self._db.call(store.queue_stats)
+        # Beside a large backlog one dispatcher a heartbeat counts it (core.queue).
+        stats = await self._db.call(store.queue_stats, self.settings.heartbeat_interval_s)
         if stats is not None:
             self._queue = stats
             self.metrics.queue_depth.set(stats.depth)
