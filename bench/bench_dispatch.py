@@ -365,6 +365,14 @@ def main(argv: list[str]) -> int:
         " autovacuum waits for 10%% of the table to change), the same for every contender",
     )
     parser.add_argument(
+        "--backlog-rate",
+        type=float,
+        default=0.0,
+        help="with --backlog: the backlog's endpoint rate-limited to this many sends/s during"
+        " its rounds (a drain that leaves the cores headroom: what the fresh effects' latency"
+        " is when the machine is not saturated); 0: no limit",
+    )
+    parser.add_argument(
         "--kills",
         type=int,
         default=10,
@@ -464,13 +472,37 @@ def _bench(args: argparse.Namespace) -> None:
                         print(f"\nloaded a history of {args.history:,} delivered effects in "
                               f"{took:.0f} s", flush=True)  # fmt: skip
                     rounds = args.latency_rounds
-                    with _stale_statistics(ctx.engine, args.stale_statistics):
+                    with (
+                        _stale_statistics(ctx.engine, args.stale_statistics),
+                        _backlog_rate(ctx.engine, args.backlog_rate),
+                    ):
                         latency(ctx, args.rate, args.latency_s, rounds, args.backlog, codes)
             if args.kills > 0 and not args.valves:
                 print(flush=True)
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
+
+
+@contextlib.contextmanager
+def _backlog_rate(engine: sa.Engine, per_s: float) -> Iterator[None]:
+    """``per_s`` > 0: the backlog's endpoint (``bench``) rate-limited meanwhile (the
+    limit every dispatcher shares, endpoint_budgets), unlimited again after."""
+    if per_s <= 0:
+        yield
+        return
+    print(f"\nthe backlog's endpoint limited to {per_s:,.0f} sends/s", flush=True)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE endpoints SET rate_limit_per_s = :r WHERE name = 'bench'"), {"r": per_s}
+        )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE endpoints SET rate_limit_per_s = NULL WHERE name = 'bench'")
+            )
 
 
 @contextlib.contextmanager

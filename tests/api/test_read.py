@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from spark_outbox.api.routes.effects import spreadsheet_safe
-from spark_outbox.core import masking
+from spark_outbox.core import masking, queue
 from spark_outbox.core.schema import key_ledger
 from tests.api.builders import PAN, add_effect, leaky, story
 from tests.api.conftest import Tokens, window
@@ -405,3 +405,32 @@ def test_a_window_in_an_offset_postgresql_refuses_is_answered_not_a_500(
     assert page.status_code == 200 and page.json()["items"] == []
     body = {"reason": "r", **window}
     assert client.post("/v1/effects/bulk-requeue", json=body, headers=auth).status_code == 200
+
+
+def test_beside_a_backlog_status_and_metrics_read_the_queues_last_full_count(
+    client: TestClient, api_tokens: Tokens, engine: Engine
+) -> None:
+    """Beyond queue.EXACT_UP_TO due effects the figures are the last full count's
+    (migration 2813), shown with its time, until it is too old to use."""
+    insert = sa.text(
+        "INSERT INTO effects (idempotency_key, endpoint, payload, payload_sha256,"
+        " next_attempt_at) SELECT lpad(to_hex(g), 64, '0'), 'billing-webhook', '{}', 'x',"
+        " now() - interval '1 minute' FROM generate_series(:lo, :hi) g"
+    )
+    n = queue.EXACT_UP_TO + 5
+    with engine.begin() as conn:
+        conn.execute(insert, {"lo": 1, "hi": n})
+    auth = api_tokens.auth("support")
+    first = client.get("/v1/status", headers=auth).json()
+    assert first["queue"]["depth"] == n and first["queue"]["as_of"] is not None
+    hooks = {e["name"]: e for e in first["endpoints"]}
+    assert hooks["billing-webhook"]["due_now"] == n
+    with engine.begin() as conn:
+        conn.execute(insert, {"lo": n + 1, "hi": n + 7})
+    kept = client.get("/v1/status", headers=auth).json()["queue"]
+    assert (kept["depth"], kept["as_of"]) == (n, first["queue"]["as_of"])
+    assert f"outbox_queue_depth {float(n)}" in client.get("/metrics").text
+    with engine.begin() as conn:  # older than any reader may use
+        conn.execute(sa.text("UPDATE queue_snapshot SET taken_at = now() - interval '1 minute'"))
+    counted = client.get("/v1/status", headers=auth).json()["queue"]
+    assert counted["depth"] == n + 7 and counted["as_of"] != first["queue"]["as_of"]
