@@ -54,6 +54,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -365,6 +366,14 @@ def main(argv: list[str]) -> int:
         " autovacuum waits for 10%% of the table to change), the same for every contender",
     )
     parser.add_argument(
+        "--vacuum-every",
+        type=float,
+        default=0.0,
+        help="with --backlog: VACUUM effects every this many seconds during its rounds (what"
+        " the claims walk when the dead versions a drain leaves are removed early); 0: only"
+        " autovacuum",
+    )
+    parser.add_argument(
         "--backlog-rate",
         type=float,
         default=0.0,
@@ -475,6 +484,7 @@ def _bench(args: argparse.Namespace) -> None:
                     with (
                         _stale_statistics(ctx.engine, args.stale_statistics),
                         _backlog_rate(ctx.engine, args.backlog_rate),
+                        _vacuum_every(ctx.engine, args.vacuum_every),
                     ):
                         latency(ctx, args.rate, args.latency_s, rounds, args.backlog, codes)
             if args.kills > 0 and not args.valves:
@@ -482,6 +492,34 @@ def _bench(args: argparse.Namespace) -> None:
                 crash.run(ctx, args.kills, args.effects, args.effects // 10)
         finally:
             engine.dispose()
+
+
+@contextlib.contextmanager
+def _vacuum_every(engine: sa.Engine, every_s: float) -> Iterator[None]:
+    """``every_s`` > 0: a thread runs ``VACUUM effects`` every ``every_s`` meanwhile, and
+    prints how many ran and how long each took (median)."""
+    if every_s <= 0:
+        yield
+        return
+    stop, took = threading.Event(), []
+
+    def run() -> None:
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            while not stop.wait(every_s):
+                started = time.perf_counter()
+                conn.execute(sa.text("VACUUM effects"))
+                took.append(time.perf_counter() - started)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        median = statistics.median(took) if took else 0.0
+        print(f"VACUUM effects every {every_s:g} s: {len(took)} runs, {median:.2f} s each (median)")
 
 
 @contextlib.contextmanager
