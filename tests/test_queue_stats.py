@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from spark_outbox.core import queue
@@ -14,6 +16,7 @@ from spark_outbox.core.enqueue import enqueue
 from spark_outbox.core.keys import effect_key
 from spark_outbox.core.queue import Queue, queue_stats
 from tests.conftest import insert_endpoint
+from tests.test_effect_counts import CHANGES, Outbox, outbox_engine  # noqa: F401
 
 JIT = sa.text("SELECT current_setting('jit')")
 
@@ -141,3 +144,49 @@ def test_out_of_turn_the_full_count_is_skipped_not_filtered(two_endpoints: Engin
     effects_scans = scans(root)
     assert effects_scans, "the plan reads effects somewhere"
     assert all(s["Actual Loops"] == 0 for s in effects_scans), effects_scans
+
+
+def _counted(engine: Engine) -> dict[str, tuple[int, float]]:
+    with engine.begin() as conn:
+        conn.execute(queue._Q["without_jit"])
+        return {r[0]: (int(r[1]), float(r[2])) for r in conn.execute(queue._Q["count_all"])}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    changes=st.lists(CHANGES, min_size=1, max_size=12),
+    cap=st.integers(1, 12),
+    refresh=st.booleans(),
+)
+def test_the_figures_equal_a_full_count_after_any_changes_whatever_the_bound(
+    outbox_engine: Engine,  # noqa: F811 (the fixture imported above)
+    changes: list[tuple[object, ...]],
+    cap: int,
+    refresh: bool,
+) -> None:
+    """Counted live below the bound, the snapshot beyond it: the figures are always a
+    full count's, per endpoint and in all: this moment's when live or just taken
+    (``refresh``: every read takes one), else the one of the moment it was taken."""
+    hooks = outbox_engine
+    outbox = Outbox(hooks)
+    outbox.truncate()
+    with hooks.begin() as conn:
+        conn.execute(sa.text("DELETE FROM queue_snapshot"))
+    at_taking: dict[object, dict[str, tuple[int, float]]] = {}
+    for name, *args in changes:
+        getattr(outbox, str(name))(*args)
+        with hooks.begin() as conn:
+            figures = queue.queue(conn, refresh_after_s=0.0 if refresh else 3600.0, cap=cap)
+        now = _counted(hooks)
+        as_of = figures.total.as_of
+        if as_of is None:  # below the bound (or no snapshot young enough: counted)
+            expected = now
+        else:
+            expected = at_taking.setdefault(as_of, now)  # first seen: taken by this read
+            assert sum(d for d, _ in expected.values()) >= cap, (name, args)
+        assert {n: s.depth for n, s in figures.endpoints.items()} == {
+            n: d for n, (d, _) in expected.items()
+        }, (name, args)
+        assert figures.total.depth == sum(d for d, _ in expected.values())
+        for n, s in figures.endpoints.items():
+            assert abs(s.oldest_due_age_s - expected[n][1]) < 5.0
