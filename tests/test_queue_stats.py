@@ -190,3 +190,18 @@ def test_the_figures_equal_a_full_count_after_any_changes_whatever_the_bound(
         assert figures.total.depth == sum(d for d, _ in expected.values())
         for n, s in figures.endpoints.items():
             assert abs(s.oldest_due_age_s - expected[n][1]) < 5.0
+
+
+def test_a_read_only_transaction_beyond_the_bound_reads_or_counts_and_never_writes(
+    two_endpoints: Engine,
+) -> None:
+    _enqueue(two_endpoints, "hooks", 6)
+    with two_endpoints.begin() as conn:
+        conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+        counted = queue.queue(conn, cap=CAP)  # no snapshot yet: counted, not written
+    assert (counted.total.depth, counted.total.as_of) == (6, None)
+    taken = _figures(two_endpoints)  # a read-write reader takes one
+    with two_endpoints.begin() as conn:
+        conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+        read = queue.queue(conn, refresh_after_s=0.0, cap=CAP)  # due, but cannot write
+    assert (read.total.depth, read.total.as_of) == (6, taken.total.as_of)

@@ -79,8 +79,10 @@ def queue(
     rows = conn.execute(_Q["queue_stats"], {"cap": cap}).all()
     if sum(int(r[1]) for r in rows) < cap:
         return _queue({r[0]: (r[1], r[2]) for r in rows}, None)
-    fresh = {"refresh_after_s": refresh_after_s, "lock_key": _SNAPSHOT_LOCK}
-    found = conn.execute(_Q["refresh_snapshot"], fresh).first()
+    found = None
+    if not conn.execute(_Q["read_only"]).scalar_one():
+        fresh = {"refresh_after_s": refresh_after_s, "lock_key": _SNAPSHOT_LOCK}
+        found = conn.execute(_Q["refresh_snapshot"], fresh).first()
     if found is None:  # not this reader's turn: the snapshot there, if young enough
         found = conn.execute(_Q["snapshot"], {"max_age_s": SNAPSHOT_MAX_AGE_S}).first()
     if found is None:  # none young enough, another reader counting: count, as before

@@ -53,6 +53,11 @@ FROM ready_effects e
 WHERE e.next_attempt_at <= now()
 GROUP BY e.endpoint;
 
+-- name: read_only
+-- A read-only transaction (a standby, default_transaction_read_only) cannot take
+-- the snapshot: it reads it, or counts.
+SELECT current_setting('transaction_read_only') = 'on';
+
 -- name: snapshot
 -- The snapshot, if it is younger than :max_age_s.
 SELECT figures, taken_at FROM queue_snapshot
