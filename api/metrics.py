@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from spark_outbox.console import health
 from spark_outbox.core.endpoint_state import ENDPOINT_STATES, EndpointState, endpoint_states
-from spark_outbox.core.queue import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP
+from spark_outbox.core.queue import OLDEST_DUE_AGE_HELP, QUEUE_DEPTH_HELP, queue
 
 
 class QueueCollector(Collector):
@@ -30,8 +30,9 @@ class QueueCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self.engine.begin() as conn:  # a snapshot the queue's figures take stays
-            gauges = health.queue_gauges(conn)
-            states = endpoint_states(conn)
+            figures = queue(conn)  # read once, for the gauges and each endpoint
+            gauges = health.queue_gauges(conn, figures)
+            states = endpoint_states(conn, figures)
         yield from _endpoint_families(states)
         depth = GaugeMetricFamily(
             "outbox_effects", "Effects in an unfinished state", labels=["state"]

@@ -16,7 +16,7 @@ from spark_outbox.console import holds
 from spark_outbox.console.audit import from_row
 from spark_outbox.core import counts as effect_counts
 from spark_outbox.core.endpoint_state import EndpointState, endpoint_states
-from spark_outbox.core.queue import QueueStats, queue_stats
+from spark_outbox.core.queue import Queue, QueueStats, queue
 from spark_outbox.core.schema import EFFECT_STATES
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -106,16 +106,17 @@ class QueueGauges:
 
 
 def status(conn: Connection) -> Status:
+    figures = queue(conn)  # read once: the total here, each endpoint's in _endpoints
     counts = dict.fromkeys(EFFECT_STATES, 0)
     counts.update(effect_counts.by_state(conn))
     recent = conn.execute(_Q["recent_deliveries"]).mappings().one()
     return Status(
         counts=counts,
-        queue=queue_stats(conn),
+        queue=figures.total,
         delivered_last_5m=recent["last_5m"],
         delivered_last_1h=recent["last_1h"],
         live_workers=[from_row(LiveWorker, r) for r in conn.execute(_Q["live_workers"]).mappings()],
-        endpoints=_endpoints(conn),
+        endpoints=_endpoints(conn, figures),
         last_batches=[
             from_row(LastBatch, r) for r in conn.execute(_Q["last_batch_per_job"]).mappings()
         ],
@@ -130,9 +131,9 @@ def status(conn: Connection) -> Status:
     )
 
 
-def _endpoints(conn: Connection) -> list[EndpointHealth]:
+def _endpoints(conn: Connection, figures: Queue) -> list[EndpointHealth]:
     """Each endpoint's health, with its state from the data the claim obeys."""
-    states = {s.name: s for s in endpoint_states(conn)}
+    states = {s.name: s for s in endpoint_states(conn, figures)}
     return [
         _health(r, states[r["name"]])
         for r in conn.execute(_Q["endpoint_health"]).mappings()
@@ -190,14 +191,14 @@ def activity(conn: Connection, hours: int = 6) -> Activity:
     return Activity(start=end - dt.timedelta(hours=hours), minutes=hours * 60 + 1, points=points)
 
 
-def queue_gauges(conn: Connection) -> QueueGauges:
+def queue_gauges(conn: Connection, figures: Queue | None = None) -> QueueGauges:
     gauged = ("pending", "leased", "dead", "uncertain")
     counts = dict.fromkeys(gauged, 0)
     counts.update({s: n for s, n in effect_counts.by_state(conn).items() if s in gauged})
     workers = conn.execute(_Q["live_workers"]).fetchall()
     return QueueGauges(
         counts=counts,
-        queue=queue_stats(conn),
+        queue=(figures or queue(conn)).total,
         live_workers=len(workers),
         held=holds.held_counts(conn),
         mismatches_24h=int(conn.execute(_Q["mismatch_total"]).scalar_one()),

@@ -16,7 +16,7 @@ import datetime as dt
 
 from sqlalchemy.engine import Connection
 
-from spark_outbox.core.queue import QueueStats, queue
+from spark_outbox.core.queue import Queue, QueueStats, queue
 from spark_outbox.core.sqlfile import queries_beside
 
 _Q = queries_beside(__file__, "endpoint_state.sql")
@@ -70,10 +70,11 @@ class _Facts:
     tokens: float | None
 
 
-def endpoint_states(conn: Connection) -> list[EndpointState]:
+def endpoint_states(conn: Connection, figures: Queue | None = None) -> list[EndpointState]:
     """Every endpoint, by name, with its state and the queue due for it (``queue``:
-    beside a large backlog, as of the queue's last full count)."""
-    queues = queue(conn).endpoints
+    beside a large backlog, as of the queue's last full count; ``figures`` when the
+    caller read them already)."""
+    queues = (figures or queue(conn)).endpoints
     idle = QueueStats(0, 0.0)
     facts = [_Facts(**r) for r in conn.execute(_Q["endpoint_states"]).mappings()]
     return [_state(f, queues.get(f.name, idle)) for f in facts]
