@@ -205,3 +205,26 @@ def test_a_read_only_transaction_beyond_the_bound_reads_or_counts_and_never_writ
         conn.execute(sa.text("SET TRANSACTION READ ONLY"))
         read = queue.queue(conn, refresh_after_s=0.0, cap=CAP)  # due, but cannot write
     assert (read.total.depth, read.total.as_of) == (6, taken.total.as_of)
+
+
+@pytest.mark.parametrize("figures", ["[]", '{"hooks": "many"}', '{"hooks": [1]}', '"x"', "{}"])
+def test_a_snapshot_nobody_could_have_written_is_not_believed(
+    two_endpoints: Engine, figures: str
+) -> None:
+    """A row edited by hand must not fail a status page, or stop every dispatcher at
+    its heartbeat: the reader counts instead (an empty snapshot is a fresh count that
+    found nothing due, and beyond the bound it is counted again once it is due)."""
+    _enqueue(two_endpoints, "hooks", 6)
+    with two_endpoints.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO queue_snapshot (id, figures, taken_at)"
+                " VALUES (1, CAST(:f AS jsonb), now())"
+            ),
+            {"f": figures},
+        )
+    got = _figures(two_endpoints)
+    if figures == "{}":  # readable: believed until it is due again
+        assert (got.total.depth, got.total.as_of is not None) == (0, True)
+        got = _figures(two_endpoints, refresh_after_s=0.0)
+    assert got.total.depth == 6 and got.endpoints["hooks"].depth == 6

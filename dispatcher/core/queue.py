@@ -85,9 +85,13 @@ def queue(
         found = conn.execute(_Q["refresh_snapshot"], fresh).first()
     if found is None:  # not this reader's turn: the snapshot there, if young enough
         found = conn.execute(_Q["snapshot"], {"max_age_s": SNAPSHOT_MAX_AGE_S}).first()
-    if found is None:  # none young enough, another reader counting: count, as before
-        return _queue({r[0]: (r[1], r[2]) for r in conn.execute(_Q["count_all"])}, None)
-    return _queue(found[0], found[1])
+    if found is not None:
+        try:
+            return _queue(found[0], found[1])
+        except (TypeError, ValueError, AttributeError):  # a row edited by hand: not ours
+            pass
+    # None young enough (another reader counting), or unreadable: count, as before.
+    return _queue({r[0]: (r[1], r[2]) for r in conn.execute(_Q["count_all"])}, None)
 
 
 def _queue(figures: Mapping[str, Any], as_of: dt.datetime | None) -> Queue:
