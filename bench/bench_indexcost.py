@@ -26,6 +26,7 @@ from bench.payload import PAD
 from spark_outbox.cli.database import database_url
 from spark_outbox.cli.tools import scratch
 from spark_outbox.core import db
+from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
 
@@ -66,12 +67,7 @@ def _load(server_url: str, due: int) -> str:
     engine = db.create_engine(url, pool_size=1, **store.ENGINE_OPTIONS)
     try:
         with engine.connect() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO endpoints (name, kind, url, signing_secret) VALUES ('bench',"
-                    " 'webhook', 'http://127.0.0.1:9/h', 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0')"
-                )
-            )
+            add_webhook(conn, name="bench", url="http://127.0.0.1:9/h")
             conn.execute(sa.text(_LOAD), {"n": due, "pad": PAD})
             conn.execute(sa.text("VACUUM ANALYZE effects"))
     finally:

@@ -38,6 +38,7 @@ from spark_outbox.cli.database import database_url
 from spark_outbox.cli.tools import scratch
 from spark_outbox.console import tokens
 from spark_outbox.core import db, endpoint_state, queue
+from spark_outbox.core.endpoints import add_webhook
 from spark_outbox.core.settings import Settings
 from spark_outbox.dispatch import store
 
@@ -76,13 +77,7 @@ def _prepare(server_url: str, due: int) -> str:
     try:
         started = time.perf_counter()
         with engine.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO endpoints (name, kind, url, signing_secret) VALUES"
-                    " ('bench', 'webhook', 'http://127.0.0.1:9/hook',"
-                    " 'whsec_dGVzdHRlc3R0ZXN0dGVzdHRlc3R0ZXN0')"
-                )
-            )
+            add_webhook(conn, name="bench", url="http://127.0.0.1:9/hook")
         for lo in range(1, due + 1, 250_000):
             with engine.begin() as conn:
                 conn.execute(sa.text(_LOAD), {"lo": lo, "hi": min(due, lo + 249_999), "pad": PAD})
