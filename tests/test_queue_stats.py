@@ -152,7 +152,12 @@ def _counted(engine: Engine) -> dict[str, tuple[int, float]]:
         return {r[0]: (int(r[1]), float(r[2])) for r in conn.execute(queue._Q["count_all"])}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=25,
+    deadline=None,
+    # a fixture's database shared by the examples (each starts by emptying it), and slow
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     changes=st.lists(CHANGES, min_size=1, max_size=12),
     cap=st.integers(1, 12),
