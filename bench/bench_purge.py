@@ -2,6 +2,7 @@
 costs a concurrent drain.
 
     python -m bench purge -- [--effects 1000000] [--drain 20000] [--rounds 3]
+                             [--batch-size 1000] [--pace 1 --pace 0.25 ...]
 
 Loads ``--effects`` finished-and-pending effects with 3 attempts each (cli/tools/
 bulk.py) into a fresh database, cuts the finished ones into 2 x rounds slices by
@@ -13,8 +14,10 @@ and after the concurrent one):
    no drain meets autovacuum's clean-up of an earlier purge);
 2. drain alone: ``--drain`` fresh effects delivered by one ``outbox dispatcher
    run`` (concurrency 64) to a local uvicorn receiver;
-3. drain + purge: the same drain while the next slice is purged in a thread;
-   deliveries/s counted over the time both ran.
+3. drain + purge: the same drain while the next slice is purged in a thread at
+   ``--pace`` (the share of the time it works, resting after each batch:
+   ``retention.rest_after``, as a dispatcher's own purge does); deliveries/s counted
+   over the time both ran.
 Prints medians and the ratio drain-with-purge / drain-alone, and ``uptime`` at
 start and end (the machine is shared).
 """
@@ -52,6 +55,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--drain", type=int, default=20_000, help="effects per drain (default 20,000)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--batch-size", type=int, default=1000, help="purge batch (default 1000)")
+    p.add_argument(
+        "--pace",
+        type=float,
+        action="append",
+        help="a pace of the purge beside the drain (the share of the time it works; "
+        "repeat for several, each its own drain in every round; default: 1)",
+    )
     return p.parse_args(argv)
 
 
@@ -74,16 +84,21 @@ def _cutoffs(engine: Engine, slices: int) -> list[dt.datetime]:
     return [*inner, last + dt.timedelta(microseconds=1)]
 
 
-def _purge(engine: Engine, cutoff: dt.datetime, batch_size: int) -> tuple[int, int, list[float]]:
+def _purge(
+    engine: Engine, cutoff: dt.datetime, batch_size: int, pace: float = 1.0
+) -> tuple[int, int, list[float]]:
     effects = attempts = 0
     batches_ms: list[float] = []
     after: tuple[object, object] | None = retention.START
     while after is not None:
         t0 = time.perf_counter()
         got = retention.purge_batch(engine, "purge_batch", cutoff, batch_size, after)
+        worked = time.perf_counter() - t0
         if got.last is not None:
-            batches_ms.append((time.perf_counter() - t0) * 1000)
+            batches_ms.append(worked * 1000)
             effects, attempts = effects + got.removed, attempts + got.attempts
+            if pace < 1.0:
+                time.sleep(retention.rest_after(worked, pace))
         after = got.last
     return effects, attempts, batches_ms
 
@@ -137,9 +152,10 @@ def _drain(engine: Engine, n: int, tag: str, purge: threading.Thread | None) -> 
 @dataclasses.dataclass
 class Figures:
     purge_alone: list[float] = dataclasses.field(default_factory=list)  # effects/s
-    purge_during: list[float] = dataclasses.field(default_factory=list)
     drain_alone: list[float] = dataclasses.field(default_factory=list)  # deliveries/s
-    drain_with: list[float] = dataclasses.field(default_factory=list)
+    # by pace: the purge's effects/s beside the drain, and the drain's deliveries/s
+    purge_during: dict[float, list[float]] = dataclasses.field(default_factory=dict)
+    drain_with: dict[float, list[float]] = dataclasses.field(default_factory=dict)
 
 
 def _vacuum(engine: Engine) -> float:
@@ -168,33 +184,40 @@ def _purge_alone(engine: Engine, cutoff: dt.datetime, batch_size: int) -> float:
 class Purger(threading.Thread):
     """A purge of one slice in a thread, timed."""
 
-    def __init__(self, engine: Engine, cutoff: dt.datetime, batch_size: int) -> None:
+    def __init__(self, engine: Engine, cutoff: dt.datetime, batch_size: int, pace: float) -> None:
         super().__init__(name="purger")
-        self.engine, self.cutoff, self.batch_size = engine, cutoff, batch_size
+        self.engine, self.cutoff, self.batch_size, self.pace = engine, cutoff, batch_size, pace
         self.rate = 0.0
 
     def run(self) -> None:
         t0 = time.perf_counter()
-        effects, _, _ = _purge(self.engine, self.cutoff, self.batch_size)
+        effects, _, _ = _purge(self.engine, self.cutoff, self.batch_size, self.pace)
         self.rate = effects / (time.perf_counter() - t0)
 
 
 def _round(
     engine: Engine, args: argparse.Namespace, r: int, cutoffs: list[dt.datetime], figures: Figures
 ) -> None:
+    """Purge alone, then the drain alone and beside a purge at each pace, in an order
+    that turns round every round; each purge takes a slice of its own."""
     print(f"round {r + 1}:")
-    figures.purge_alone.append(_purge_alone(engine, cutoffs[2 * r], args.batch_size))
-    for kind in ("alone", "with") if r % 2 == 0 else ("with", "alone"):
-        if kind == "alone":
+    slices = iter(cutoffs[r * (1 + len(args.pace)) : (r + 1) * (1 + len(args.pace))])
+    figures.purge_alone.append(_purge_alone(engine, next(slices), args.batch_size))
+    runs: list[float | None] = [None, *args.pace]
+    for pace in runs if r % 2 == 0 else list(reversed(runs)):
+        if pace is None:
             rate = _drain(engine, args.drain, f"a{r}-", None)
             figures.drain_alone.append(rate)
-        else:
-            purger = Purger(engine, cutoffs[2 * r + 1], args.batch_size)
-            rate = _drain(engine, args.drain, f"w{r}-", purger)
-            figures.drain_with.append(rate)
-            figures.purge_during.append(purger.rate)
-            print(f"  (VACUUM after it: {_vacuum(engine):.1f} s)")
-        print(f"  drain {kind:5} purge: {rate:,.0f} deliveries/s")
+            print(f"  drain alone: {rate:,.0f} deliveries/s")
+            continue
+        purger = Purger(engine, next(slices), args.batch_size, pace)
+        rate = _drain(engine, args.drain, f"w{r}-{pace:g}-", purger)
+        figures.drain_with.setdefault(pace, []).append(rate)
+        figures.purge_during.setdefault(pace, []).append(purger.rate)
+        print(
+            f"  drain beside a purge at pace {pace:g}: {rate:,.0f} deliveries/s, the purge "
+            f"{purger.rate:,.0f} effects/s (VACUUM after it: {_vacuum(engine):.1f} s)"
+        )
 
 
 def _load(url: str, n: int) -> None:
@@ -211,26 +234,31 @@ def _load(url: str, n: int) -> None:
 
 
 def _report(args: argparse.Namespace, f: Figures) -> None:
-    alone, with_purge = statistics.median(f.drain_alone), statistics.median(f.drain_with)
+    alone = statistics.median(f.drain_alone)
     print(
         f"\nmedians of {args.rounds} interleaved rounds ({args.effects:,} effects / "
         f"{3 * args.effects:,} attempts loaded, purge batches of {args.batch_size}):"
     )
     print(f"  purge alone            {statistics.median(f.purge_alone):10,.0f} effects/s")
-    print(f"  purge during a drain   {statistics.median(f.purge_during):10,.0f} effects/s")
     print(f"  drain alone            {alone:10,.0f} deliveries/s")
-    ratio = with_purge / alone
-    print(f"  drain while purging    {with_purge:10,.0f} deliveries/s (ratio {ratio:.2f})")
-    per_round = [w / a for w, a in zip(f.drain_with, f.drain_alone, strict=True)]
-    print(
-        "  ratio within each round (side by side): "
-        + ", ".join(f"{r:.2f}" for r in per_round)
-        + f"; median {statistics.median(per_round):.2f}"
-    )
+    for pace in args.pace:
+        with_purge = statistics.median(f.drain_with[pace])
+        per_round = [w / a for w, a in zip(f.drain_with[pace], f.drain_alone, strict=True)]
+        print(
+            f"  beside a purge at pace {pace:g}: the purge "
+            f"{statistics.median(f.purge_during[pace]):,.0f} effects/s, the drain "
+            f"{with_purge:,.0f} deliveries/s (ratio of medians {with_purge / alone:.2f}; "
+            "within each round: "
+            + ", ".join(f"{x:.2f}" for x in per_round)
+            + f", median {statistics.median(per_round):.2f})"
+        )
 
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
+    args.pace = args.pace or [1.0]
+    for pace in args.pace:
+        retention.check_pace(pace, "--pace")
     print(f"start: {_uptime()}")
     root = Path(__file__).resolve().parents[1]
     server_url = database_url(Settings.from_env(state_dir=root / ".outbox"))
@@ -238,7 +266,7 @@ def main(argv: list[str]) -> int:
     engine = db.create_engine(url, pool_size=4)
     try:
         _load(url, args.effects)
-        cutoffs = _cutoffs(engine, 2 * args.rounds)
+        cutoffs = _cutoffs(engine, (1 + len(args.pace)) * args.rounds)
         figures = Figures()
         with bench_receiver.serve() as (base, pid):
             with engine.begin() as conn:

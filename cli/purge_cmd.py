@@ -38,6 +38,13 @@ def register(sub: Any) -> None:
         default=1000,
         help="effects per transaction (default 1000, at most 10000)",
     )
+    p.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="the share of the time the purge works, resting after each batch (default 1: "
+        "as fast as it can; beside busy dispatchers e.g. 0.25, what their own purge uses)",
+    )
     p.set_defaults(handler=purge)
 
 
@@ -47,6 +54,7 @@ def purge(args: argparse.Namespace, settings: Settings) -> int:
     if args.forget_keys_older_than:
         forget_s = parse_duration_s("--forget-keys-older-than", args.forget_keys_older_than)
         retention.check_horizon(older_than_s, forget_s)
+    retention.check_pace(args.pace, "--pace")
     cutoff = retention.cutoff_for(older_than_s)
     horizon = retention.cutoff_for(forget_s) if forget_s else None
     engine = engine_for(settings)
@@ -63,7 +71,9 @@ def purge(args: argparse.Namespace, settings: Settings) -> int:
             if done.batches % 50 == 0:
                 print(f"  ... {done.effects} effects purged", file=sys.stderr, flush=True)
 
-        done = retention.purge(engine, cutoff, args.batch_size, horizon=horizon, on_batch=progress)
+        done = retention.purge(
+            engine, cutoff, args.batch_size, horizon=horizon, on_batch=progress, pace=args.pace
+        )
         retention.record_purge(engine, done, older_than_s, cli_actor())
     finally:
         engine.dispose()

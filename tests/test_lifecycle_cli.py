@@ -86,6 +86,9 @@ def test_tokens_and_purge_from_the_command_line(
     assert capsys.readouterr().out.startswith("purged 1 effect(s) and 1 attempt(s)")
     assert _cli(db_url, "purge", "--older-than", "soon") == 2
     assert "--older-than" in capsys.readouterr().err
+    for pace in ("0", "1.5", "nan"):  # refused before anything is touched
+        assert _cli(db_url, "purge", "--older-than", "30d", "--pace", pace) == 2
+        assert "--pace" in capsys.readouterr().err
     assert [a[1:] for a in _actions(engine)] == [
         ("create_token", "tim"),
         ("revoke_token", "tim"),

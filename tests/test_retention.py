@@ -229,6 +229,38 @@ def _purges_recorded(engine: Engine) -> int:
         return int(found.scalar_one())
 
 
+def test_a_paced_purge_rests_after_each_batch_for_its_share_of_the_time(engine: Engine) -> None:
+    built = _history(engine)
+    rests: list[float] = []
+    worked: list[float] = []
+
+    def batch_done(done: retention.Purged) -> None:
+        worked.append(done.seconds - sum(worked))
+
+    cutoff = retention.cutoff_for(THIRTY_DAYS_S)
+    done = retention.purge(
+        engine, cutoff, batch_size=2, pace=0.25, sleep=rests.append, on_batch=batch_done
+    )
+    # The same purge as at full speed, with a rest of three times each batch's work
+    # after it (a quarter of the time worked): none after the empty batch that ends a pass.
+    assert (done.effects, done.batches) == (4, 3)
+    assert set(_rows(engine)) == {built["new-ok"].key, built["pending"].key}
+    assert len(rests) == 3 and all(r > 0 for r in rests)
+    assert rests == pytest.approx([3 * w for w in worked], rel=1e-6)
+    never: list[float] = []
+    retention.purge(engine, cutoff, batch_size=2, sleep=never.append)
+    assert never == []  # pace 1 (the default): never rests
+
+
+@pytest.mark.parametrize("pace", [0.0, -1.0, 1.5, float("nan"), float("inf")])
+def test_a_pace_outside_0_to_1_is_refused_naming_the_setting(pace: float) -> None:
+    with pytest.raises(InvalidRequest, match=r"pace.*above 0 and at most 1"):
+        retention.check_pace(pace, "pace")
+    with pytest.raises(ConfigurationError, match=r"OUTBOX_RETENTION_PACE=.*e\.g\. 0\.25"):
+        Settings.from_env(env={"OUTBOX_RETENTION_PACE": repr(pace)})
+    assert retention.rest_after(0.1, 1.0) == 0.0 and retention.rest_after(-1.0, 0.5) == 0.0
+
+
 def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings: Settings) -> None:
     built = _history(engine)
     s = dataclasses.replace(
@@ -260,6 +292,8 @@ def test_a_dispatcher_with_retention_purges_on_its_own(engine: Engine, settings:
 def test_retention_settings_are_read_and_checked_at_start() -> None:
     on = Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "30d"})
     assert on.retention_older_than_s == THIRTY_DAYS_S and on.retention_batch_size == 1000
+    assert on.retention_pace == 0.25  # the dispatcher's purge yields to its drain
+    assert Settings.from_env(env={"OUTBOX_RETENTION_PACE": "1"}).retention_pace == 1.0
     assert Settings.from_env(env={}).retention_older_than_s == 0  # off by default
     with pytest.raises(ConfigurationError, match="OUTBOX_RETENTION_OLDER_THAN='soon'"):
         Settings.from_env(env={"OUTBOX_RETENTION_OLDER_THAN": "soon"})

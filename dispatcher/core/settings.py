@@ -22,6 +22,8 @@ from spark_outbox.core.errors import ConfigurationError, InvalidInput
 DEFAULT_RETRY_SCHEDULE_S: tuple[float, ...] = (0, 5, 300, 1800, 7200, 18000, 36000, 36000)
 # Svix disables an endpoint after 5 days of failing.
 DEFAULT_AUTO_DISABLE_AFTER_S = 5 * 86400.0
+# The share of the time a dispatcher's purge works (Settings.retention_pace).
+DEFAULT_RETENTION_PACE = 0.25
 STATE_DIR_NAME = "spark-outbox"
 
 
@@ -197,6 +199,11 @@ def _check_retention(s: Settings) -> None:
         raise ConfigurationError(
             f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
         )
+    if not 0 < s.retention_pace <= 1:  # (NaN fails it too)
+        raise ConfigurationError(
+            f"OUTBOX_RETENTION_PACE={s.retention_pace:g} is the share of the time the purge"
+            " works: use a number above 0 and at most 1, e.g. 0.25"
+        )
     forget_s = s.retention_forget_keys_after_s
     if forget_s and not 0 < s.retention_older_than_s <= forget_s:
         raise ConfigurationError(
@@ -253,6 +260,9 @@ class Settings:
     retention_older_than_s: float = 0.0
     retention_interval_s: float = 3600.0
     retention_batch_size: int = 1000
+    # The share of wall time the dispatcher's purge works (a rest after each batch):
+    # it yields to the drain it runs beside (bench/RESULTS.md, "Retention at a pace").
+    retention_pace: float = DEFAULT_RETENTION_PACE
     # The key ledger's horizon (0: keys kept for ever): keys finished longer ago are
     # forgotten, and could be enqueued and sent again.
     retention_forget_keys_after_s: float = 0.0
@@ -336,6 +346,7 @@ class Settings:
             retention_batch_size=_env_int(
                 env, "OUTBOX_RETENTION_BATCH_SIZE", defaults.retention_batch_size
             ),
+            retention_pace=_env_float(env, "OUTBOX_RETENTION_PACE", defaults.retention_pace),
             retention_forget_keys_after_s=_env_duration(env, "OUTBOX_RETENTION_FORGET_KEYS_AFTER"),
             smtp_ca_file=env.get("OUTBOX_SMTP_CA_FILE", ""),
             api_host=env.get("OUTBOX_API_HOST", defaults.api_host),

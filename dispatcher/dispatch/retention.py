@@ -22,6 +22,7 @@ record) goes too once the batch is older than the cutoff.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import logging
@@ -155,6 +156,25 @@ def _counted(done: Purged, step: str, got: Batch, seconds: float) -> Purged:
     return done.plus(seconds, effects=got.removed, attempts=got.attempts)
 
 
+def check_pace(pace: float, name: str) -> None:
+    """A pace is the share of wall time a purge works: above 0, at most 1."""
+    if not 0 < pace <= 1:  # (NaN fails it too)
+        raise InvalidRequest(
+            name,
+            f"{pace!r} is not a share of the time",
+            "use a number above 0 and at most 1: 1 purges as fast as it can, 0.25 works a "
+            "quarter of the time and rests the rest",
+        )
+
+
+def rest_after(worked_s: float, pace: float) -> float:
+    """The rest after a batch that took ``worked_s``, so the purge works ``pace`` of the
+    time: beside busy dispatchers a purge at full speed takes a core from them (on 2
+    cores a drain ran at 0.65-0.74x beside it; bench/RESULTS.md, "Retention at a
+    pace"). Never negative."""
+    return max(0.0, worked_s) * (1.0 / pace - 1.0)
+
+
 def purge(
     engine: Engine,
     cutoff: dt.datetime,
@@ -162,19 +182,26 @@ def purge(
     *,
     horizon: dt.datetime | None = None,
     on_batch: Callable[[Purged], None] | None = None,
+    pace: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Purged:
     """Delete every finished effect older than ``cutoff``, batch after batch; then,
-    with a ``horizon``, forget the ledger's keys that finished before it."""
+    with a ``horizon``, forget the ledger's keys that finished before it. Each batch
+    is followed by a rest (``rest_after``) so the purge works ``pace`` of the time."""
+    check_pace(pace, "pace")
     done = Purged()
     for step, bound in _passes(cutoff, horizon):
         after: tuple[Any, Any] | None = START
         while after is not None:
             started = time.perf_counter()
             got = purge_batch(engine, step, bound, batch_size, after)
+            worked = time.perf_counter() - started
             if got.last is not None:
-                done = _counted(done, step, got, time.perf_counter() - started)
+                done = _counted(done, step, got, worked)
                 if on_batch is not None:
                     on_batch(done)
+                if pace < 1.0:
+                    sleep(rest_after(worked, pace))
             after = got.last
     purge_mismatches(engine, cutoff)
     while purge_result_rows(engine, cutoff, batch_size):
@@ -228,8 +255,11 @@ async def purge_once(db: DbCalls, settings: Settings, worker_id: str) -> None:
             got = await db.call(purge_batch, step, bound, settings.retention_batch_size, after)
             if got is None:
                 return
+            worked = time.perf_counter() - started
             if got.last is not None:
-                done = _counted(done, step, got, time.perf_counter() - started)
+                done = _counted(done, step, got, worked)
+                if settings.retention_pace < 1.0:  # yields to the drain (rest_after)
+                    await asyncio.sleep(rest_after(worked, settings.retention_pace))
             after = got.last
     await db.call(purge_mismatches, cutoff)
     while await db.call(purge_result_rows, cutoff, settings.retention_batch_size):
