@@ -4,18 +4,24 @@ which verifies them with the `standardwebhooks` package."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
+import time
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from spark_outbox.console import admin
 from spark_outbox.core import endpoints
 from spark_outbox.core.errors import Conflict
+from spark_outbox.core.keys import effect_key
 from spark_outbox.core.settings import Settings
+from spark_outbox.dispatch import store
+from spark_outbox.dispatch.channels.webhook import WebhookChannel
 from tests.dispatcher.conftest import Receiver, run_worker
 from tests.dispatcher.test_rotation import _enqueue, _hook
 from tests.test_lifecycle_cli import _cli
@@ -112,3 +118,41 @@ def test_the_cli_rotates_to_a_secret_read_from_stdin_or_env_and_never_prints_it(
     monkeypatch.setattr("sys.stdin", io.StringIO("whsec_short\n"))
     assert _cli(db_url, "endpoints", "rotate-secret", "hook", "--secret-stdin") == 2
     assert "signing_secret" in capsys.readouterr().err
+
+
+def test_a_running_channel_stops_signing_with_a_secret_when_its_overlap_ends(
+    engine: Engine, fast: Settings, receiver: Receiver
+) -> None:
+    """The channel works out an endpoint's signing keys once and keeps them (webhook.py,
+    ``_keys``): kept only until the soonest overlap ends, though the endpoint as loaded
+    (the same object, as a dispatcher's cache holds it) has not changed."""
+    old = _hook(engine, receiver.url())
+    new = _rotate(engine, 1.5)
+    for name in ("during", "after"):
+        _enqueue(engine, name)
+    with engine.connect() as conn:
+        endpoint = endpoints.get(conn, "hook")
+    claimed = {c.idempotency_key: c for c in store.claim(engine, "w", 10, 60.0)}
+
+    async def send(name: str) -> str:
+        return (await channel.send(endpoint, claimed[effect_key("t", name)], 5.0)).outcome
+
+    async def both() -> list[str]:
+        await channel.start()
+        try:
+            first = await send("during")
+            time.sleep(max(0.0, overlap_ends - time.time()) + 0.1)  # past the overlap
+            return [first, await send("after")]
+        finally:
+            await channel.close()
+
+    channel = WebhookChannel(fast, 1)
+    (overlap_ends,) = [until.timestamp() for until in endpoint.overlapping_until()]
+    assert asyncio.run(both()) == ["delivered", "delivered"]
+    during, after = receiver.seen()
+    assert len(during.headers["webhook-signature"].split(" ")) == 2
+    assert Webhook(old).verify(during.body, during.headers) == {"n": "during"}
+    assert after.headers["webhook-signature"].count("v1,") == 1
+    assert Webhook(new).verify(after.body, after.headers) == {"n": "after"}
+    with pytest.raises(WebhookVerificationError):
+        Webhook(old).verify(after.body, after.headers)
