@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from spark_outbox.cli.database import cli_actor, engine_for
@@ -71,17 +72,21 @@ def purge(args: argparse.Namespace, settings: Settings) -> int:
             if done.batches % 50 == 0:
                 print(f"  ... {done.effects} effects purged", file=sys.stderr, flush=True)
 
+        began = time.monotonic()
         done = retention.purge(
             engine, cutoff, args.batch_size, horizon=horizon, on_batch=progress, pace=args.pace
         )
+        wall_s = time.monotonic() - began
         retention.record_purge(engine, done, older_than_s, cli_actor())
     finally:
         engine.dispose()
     rate = done.effects / done.seconds if done.seconds else 0.0
     forgotten = f"; forgot {done.keys} key(s)" if horizon is not None else ""
+    # (seconds working; with a pace, the rests too)
+    paced = f", {wall_s:.1f} s with its rests at pace {args.pace:g}" if args.pace < 1 else ""
     print(
         f"purged {done.effects} effect(s) and {done.attempts} attempt(s) finished more than "
         f"{describe_s(older_than_s)} ago, in {done.batches} batch(es), {done.seconds:.1f} s "
-        f"({rate:,.0f} effects/s){forgotten}"
+        f"({rate:,.0f} effects/s){paced}{forgotten}"
     )
     return 0

@@ -86,6 +86,13 @@ def test_tokens_and_purge_from_the_command_line(
     assert capsys.readouterr().out.startswith("purged 1 effect(s) and 1 attempt(s)")
     assert _cli(db_url, "purge", "--older-than", "soon") == 2
     assert "--older-than" in capsys.readouterr().err
+    with engine.begin() as conn:
+        again = add_effect(conn, "again", endpoint="hook")
+        add_attempt(conn, again, "delivered", status_code=200)
+        conn.execute(sa.text("UPDATE effects SET updated_at = now() - interval '31 days'"))
+    assert _cli(db_url, "purge", "--older-than", "30d", "--pace", "0.5") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("purged 1 effect(s)") and "with its rests at pace 0.5" in out
     for pace in ("0", "1.5", "nan"):  # refused before anything is touched
         assert _cli(db_url, "purge", "--older-than", "30d", "--pace", pace) == 2
         assert "--pace" in capsys.readouterr().err
@@ -94,6 +101,7 @@ def test_tokens_and_purge_from_the_command_line(
         ("revoke_token", "tim"),
         ("create_endpoint", "hook"),
         ("purge", "effects finished more than 30d ago"),
+        ("purge", "effects finished more than 30d ago"),  # the paced one
     ]
 
 
