@@ -127,7 +127,7 @@ def test_a_running_channel_stops_signing_with_a_secret_when_its_overlap_ends(
     ``_keys``): kept only until the soonest overlap ends, though the endpoint as loaded
     (the same object, as a dispatcher's cache holds it) has not changed."""
     old = _hook(engine, receiver.url())
-    new = _rotate(engine, 1.5)
+    new = _rotate(engine, 5.0)  # room for a loaded machine before the first send
     for name in ("during", "after"):
         _enqueue(engine, name)
     with engine.connect() as conn:
