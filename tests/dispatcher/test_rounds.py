@@ -84,7 +84,8 @@ def test_every_effect_is_taken_once_or_still_waiting_whatever_the_senders_do(
                 getters.append(asyncio.ensure_future(rounds.get()))
             elif op == "cancel" and getters:
                 getters[int(str(arg)) % len(getters)].cancel()
-            await asyncio.sleep(0) if op == "run" else None
+            if op == "run":
+                await asyncio.sleep(0)
         for _ in range(3):
             await asyncio.sleep(0)
         taken = [g.result() for g in getters if g.done() and not g.cancelled()]
