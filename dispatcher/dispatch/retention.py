@@ -170,7 +170,7 @@ def check_pace(pace: float, name: str) -> None:
 def rest_after(worked_s: float, pace: float) -> float:
     """The rest after a batch that took ``worked_s``, so the purge works ``pace`` of the
     time: beside busy dispatchers a purge at full speed takes a core from them (on 2
-    cores a drain ran at 0.65-0.74x beside it; bench/RESULTS.md, "Retention at a
+    cores a drain ran at 0.65-0.77x beside it; bench/RESULTS.md, "Retention at a
     pace"). Never negative."""
     return max(0.0, worked_s) * (1.0 / pace - 1.0)
 
