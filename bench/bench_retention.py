@@ -2,7 +2,7 @@
 of the outbox over fill/purge cycles.
 
     python -m bench retention -- --reuse DATABASE [--cycles 4] [--burst 30000]
-                                 [--vacuum explicit|auto]
+                                 [--vacuum explicit|auto] [--pace P]
 
 A year of history (``bench history -- --keep``: 10M effects, 30M attempts, the
 ledger) is needed; it is changed for good (months are purged and filled), so
@@ -13,8 +13,10 @@ keep a copy if you need it again. Per cycle:
    thread (``retention.purge``: effects, attempts, then the ledger's keys of the
    same month: the horizon equals the cutoff), started just before the burst's
    commit; the share of the drain the purge overlapped is printed (1.00: all of
-   it); the purge's own rate: effects over its whole run, the keys' pass included;
-   the order of 1 and 2 alternates between cycles;
+   it); the purge's own rate: effects over its whole run, the keys' pass included,
+   rests and all (``--pace P``: the purge works that share of the time, as a
+   dispatcher's retention task does, ``OUTBOX_RETENTION_PACE``; its rate while
+   working is printed too); the order of 1 and 2 alternates between cycles;
 3. VACUUM of what the purge touched (``--vacuum explicit``; ``auto``: wait for
    autovacuum to have visited effects, attempts and the ledger since the purge);
 4. a month of new finished history loaded (the fill);
@@ -55,7 +57,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--burst", type=int, default=30_000, help="effects per drain")
     ap.add_argument("--batch-size", type=int, default=5000, help="purge batch")
     ap.add_argument("--vacuum", choices=("explicit", "auto"), default="explicit")
-    return ap.parse_args(argv)
+    ap.add_argument(
+        "--pace", type=float, default=1.0, help="share of the time the purge works (0-1]"
+    )
+    args = ap.parse_args(argv)
+    if not 0 < args.pace <= 1:
+        ap.error(f"--pace {args.pace} is outside (0, 1]: e.g. --pace 0.25")
+    return args
 
 
 def _size_bytes(engine: Engine) -> int:
@@ -85,15 +93,20 @@ def _oldest_month(engine: Engine) -> dt.datetime:
 class Purger(threading.Thread):
     """One month's purge (effects, then the ledger's keys of the month), timed."""
 
-    def __init__(self, engine: Engine, cutoff: dt.datetime, batch_size: int) -> None:
+    def __init__(
+        self, engine: Engine, cutoff: dt.datetime, batch_size: int, pace: float = 1.0
+    ) -> None:
         super().__init__(name="purger")
         self.engine, self.cutoff, self.batch_size = engine, cutoff, batch_size
+        self.pace = pace
         self.done = retention.Purged()
         self.seconds = self.ended = 0.0
 
     def run(self) -> None:
         t0 = time.perf_counter()
-        self.done = retention.purge(self.engine, self.cutoff, self.batch_size, horizon=self.cutoff)
+        self.done = retention.purge(
+            self.engine, self.cutoff, self.batch_size, horizon=self.cutoff, pace=self.pace
+        )
         self.ended = time.perf_counter()
         self.seconds = self.ended - t0
 
@@ -145,7 +158,7 @@ def _fill(engine: Engine, effects: int, first: int) -> float:
 
 def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) -> dict[str, float]:
     cutoff = _oldest_month(side.engine)
-    purger = Purger(side.engine, cutoff, args.batch_size)
+    purger = Purger(side.engine, cutoff, args.batch_size, args.pace)
     started = dt.datetime.now(dt.UTC)
     found: dict[str, float] = {}
     for kind in ("alone", "with") if c % 2 == 0 else ("with", "alone"):
@@ -156,6 +169,7 @@ def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) ->
             found["drain while purging /s"], found["purge overlap"] = rate, overlap
     found["purged effects"] = purger.done.effects
     found["purge effects/s"] = purger.done.effects / max(purger.seconds, 1e-9)
+    found["purge working /s"] = purger.done.effects / max(purger.done.seconds, 1e-9)
     found["forgotten keys"] = purger.done.keys
     found["vacuum s"] = _vacuum(side.engine, args.vacuum, started)
     month = args.effects // 12 // 1000 * 1000
@@ -166,7 +180,7 @@ def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) ->
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
-    print(f"start: {uptime()}", flush=True)
+    print(f"start: {uptime()}; purge pace {args.pace:g}", flush=True)
     url = scratch.with_database(history_cluster.server_url(), args.reuse)
     db.upgrade(url)
     engine = db.create_engine(url, pool_size=4)
