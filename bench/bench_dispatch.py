@@ -276,6 +276,7 @@ def latency(
     variants = [("1", 1, ""), (f"default ({contenders.cores()})", 0, "")]
     variants += [(f"default, code {c}", 0, c) for c in codes]
     results: dict[str, list[tuple[float, float]]] = {}
+    drained: dict[str, list[float]] = {}  # the backlog's deliveries/s meanwhile, per round
     under = f" beside {backlog:,} older effects due elsewhere" if backlog else ""
     for r in range(rounds):
         for label, processes, code in variants if r % 2 == 0 else variants[::-1]:
@@ -285,11 +286,18 @@ def latency(
             p50, p99 = _p50_p99(lat_ms)
             s50, s99 = _p50_p99(contenders.LAST_SEND_STARTS or [float("nan")])
             results.setdefault(label, []).append((p50, p99))
+            if contenders.LAST_BACKLOG_RATE:
+                drained.setdefault(label, []).append(contenders.LAST_BACKLOG_RATE[0])
             print(
                 f"round {r + 1}: commit-to-arrival{under}, dispatcher --processes {label}: asked "
                 f"{rate:,.0f}/s, got {achieved:,.0f}/s, {len(lat_ms):,} effects: p50 {p50:.1f} ms, "
                 f"p99 {p99:.1f} ms, max {lat_ms[-1]:.1f} ms (commit-to-send-start p50 "
-                f"{s50:.1f} ms, p99 {s99:.1f} ms); attempts not delivered: {failed}",
+                f"{s50:.1f} ms, p99 {s99:.1f} ms); attempts not delivered: {failed}"
+                + (
+                    f"; the backlog drained {drained[label][-1]:,.0f}/s meanwhile"
+                    if backlog
+                    else ""
+                ),
                 flush=True,
             )
     for label, runs in results.items():
@@ -299,6 +307,11 @@ def latency(
             f"median of {len(runs)} round(s): p50 {statistics.median(p50s):.1f} ms "
             f"({', '.join(f'{p:.1f}' for p in p50s)}), p99 {statistics.median(p99s):.1f} ms "
             f"({', '.join(f'{p:.1f}' for p in p99s)})"
+            + (
+                f"; the backlog drained {statistics.median(drained[label]):,.0f}/s meanwhile"
+                if drained.get(label)
+                else ""
+            )
         )
 
 

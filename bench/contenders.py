@@ -358,11 +358,13 @@ def latency(
             )
             for t in range(producers)
         ]
+        began = time.time() + max(0.0, start - time.perf_counter())
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         achieved = len(committed) / (time.perf_counter() - start)
+        ended = time.time()
         unfinished = "FROM effects WHERE endpoint = 'lat' AND state IN ('pending', 'leased')"
         _wait(lambda: _drained(ctx.engine, unfinished), 120, "the last deliveries")
     finally:
@@ -377,6 +379,7 @@ def latency(
     LAST_SEND_STARTS[:] = sorted(
         (at - committed[k]) * 1000 for k, at in _send_starts(ctx.engine).items() if k in committed
     )
+    LAST_BACKLOG_RATE[:] = [_backlog_rate(ctx.engine, began, ended)] if backlog else []
     never = [k for k in committed if k not in first]
     if never:
         raise RuntimeError(f"{len(never)} of {len(committed)} fresh effects never arrived")
@@ -386,6 +389,26 @@ def latency(
 # The last latency round's commit-to-send-start times (ms, sorted): where the wait is,
 # in the database and the worker's queue or in the send (bench dispatch prints them).
 LAST_SEND_STARTS: list[float] = []
+
+
+# The last backlog round's deliveries/s of the backlog's own endpoint (``bench``) while
+# the fresh effects were produced: what a latency gain costs the backlog's drain.
+LAST_BACKLOG_RATE: list[float] = []
+
+
+def _backlog_rate(engine: Engine, began: float, ended: float) -> float:
+    """Deliveries/s of the backlog's endpoint between ``began`` and ``ended`` (epoch s),
+    by their attempts' start times."""
+    with engine.connect() as conn:
+        n = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM delivery_attempts a JOIN effects e ON e.id = a.effect_id"
+                " WHERE e.endpoint = 'bench' AND a.outcome = 'delivered'"
+                " AND a.started_at >= to_timestamp(:began) AND a.started_at < to_timestamp(:ended)"
+            ),
+            {"began": began, "ended": ended},
+        ).scalar_one()
+    return int(n) / max(ended - began, 1e-9)
 
 
 def _send_starts(engine: Engine) -> dict[str, float]:
