@@ -150,10 +150,25 @@ def _vacuum(engine: Engine, how: str, since: dt.datetime) -> float:
         time.sleep(5)
 
 
-def _fill(engine: Engine, effects: int, first: int) -> float:
+def _fill(engine: Engine, effects: int) -> float:
+    """A month of finished history, numbered after every month loaded before (by this
+    run or an earlier one on the same database: a second run once reused the first
+    run's numbers, and the fill's markers were refused as duplicates)."""
     t0 = time.perf_counter()
-    history.load(engine, effects=effects, days=30, first=first)
+    history.load(engine, effects=effects, days=30, first=_next_number(engine))
     return time.perf_counter() - t0
+
+
+def _next_number(engine: Engine) -> int:
+    """1 + the highest effect number a loaded month's markers (``b-N``) cover."""
+    with engine.connect() as conn:
+        last = conn.execute(
+            sa.text(
+                "SELECT max(CAST(substr(batch_id, 3) AS bigint)) FROM batches"
+                " WHERE job = 'billing' AND batch_id ~ '^b-[0-9]+$'"
+            )
+        ).scalar_one()
+    return int(last or 0) * history.PER_BATCH + 1
 
 
 def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) -> dict[str, float]:
@@ -173,7 +188,7 @@ def _cycle(side: Side, base: str, pid: int, args: argparse.Namespace, c: int) ->
     found["forgotten keys"] = purger.done.keys
     found["vacuum s"] = _vacuum(side.engine, args.vacuum, started)
     month = args.effects // 12 // 1000 * 1000
-    found["fill s"] = _fill(side.engine, month, first=args.effects * 10 + c * month + 1)
+    found["fill s"] = _fill(side.engine, month)
     found["size GB"] = _size_bytes(side.engine) / 1e9
     return found
 
