@@ -13,7 +13,7 @@ Shape (after procrastinate): one loop waits on "work, or stop, or the poll
 timer" and queues what it claims for ``concurrency`` senders (long-lived
 tasks, each sending one effect at a time); ``stop()`` only sets an event;
 side tasks (listener, recorder, heartbeat, settle_uncertain, park, expire,
-fold_counts, progress; retention and auto_disable when configured) are named, the
+fold_counts, loop_lag, progress; retention and auto_disable when configured) are named, the
 periodic ones all one loop (``periodic.every``), and a crash of any of them or of a sender stops
 the worker with a non-zero exit; signals are installed by the CLI, not here.
 Nothing a receiver or an effect's data does can crash a side task or a sender:
@@ -42,7 +42,7 @@ from spark_outbox.dispatch import periodic, progress, retention, store
 from spark_outbox.dispatch.dbcalls import DbCalls
 from spark_outbox.dispatch.delivery import Delivery
 from spark_outbox.dispatch.lanes import Lanes
-from spark_outbox.dispatch.metrics import Metrics
+from spark_outbox.dispatch.metrics import Metrics, watch_loop_lag
 from spark_outbox.dispatch.recorder import Recorder
 from spark_outbox.dispatch.rounds import Rounds
 from spark_outbox.dispatch.traces import Traces
@@ -156,6 +156,8 @@ class Worker:
             "expire": every(s.poll_interval_s, self._expire),
             # The effect counts status and /metrics sum stay a few rows (core.counts).
             "fold_counts": every(s.heartbeat_interval_s, self._fold_counts),
+            # The event loop's lag: a saturated process, seen from /metrics.
+            "loop_lag": watch_loop_lag(self.metrics.loop_lag, stop=self._stopping),
         }
         if s.retention_older_than_s > 0:  # OUTBOX_RETENTION_OLDER_THAN
             purge = functools.partial(retention.purge_once, self._db, s, self.worker_id)
@@ -196,9 +198,11 @@ class Worker:
                 self._more_due = True  # held back: claim as soon as records free room
             else:
                 self._news = False  # this claim sees whatever was notified so far
+                started = time.monotonic()
                 claim = await self._db.call(
                     self._claim, self.worker_id, room, s.lease_s, until=self._stopping
                 )
+                self.metrics.claim_seconds.observe(time.monotonic() - started)
                 for effect in claim.effects if claim is not None else []:
                     self._unrecorded += 1
                     self._held += 1

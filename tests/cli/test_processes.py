@@ -98,10 +98,13 @@ def documented_metric_names() -> set[str]:
 
 
 def _exported(text: str) -> set[str]:
-    """The names a query uses: counters with ``_total``, histograms by their base name."""
+    """The names a query uses: counters with ``_total``, histograms by their base name;
+    not the ``_created`` timestamps prometheus_client adds to an unlabelled histogram
+    (the parser gives them a family of their own)."""
     return {
         f"{f.name}_total" if f.type == "counter" else f.name
         for f in text_string_to_metric_families(text)
+        if not f.name.endswith("_created")
     }
 
 

@@ -121,6 +121,9 @@ def test_metrics_count_outcomes_by_endpoint(
     assert value("outbox_deliveries_total", {"endpoint": "hook", "outcome": "delivered"}) == 3
     assert value("outbox_deliveries_total", {"endpoint": "hook", "outcome": "retry"}) == 1
     assert value("outbox_attempt_seconds_count", {"endpoint": "hook"}) == 4
+    # every claim timed: the one that found the three, the retry's, the empty last ones
+    assert value("outbox_claim_seconds_count") >= 2
+    assert value("outbox_claim_seconds_sum") > 0
 
 
 def _cli_add(db_url: str, url: str) -> int:
