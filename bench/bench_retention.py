@@ -61,8 +61,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--pace", type=float, default=1.0, help="share of the time the purge works (0-1]"
     )
     args = ap.parse_args(argv)
-    if not 0 < args.pace <= 1:
-        ap.error(f"--pace {args.pace} is outside (0, 1]: e.g. --pace 0.25")
+    retention.check_pace(args.pace, "--pace")  # as bench purge and `outbox purge` check it
     return args
 
 
