@@ -79,6 +79,10 @@ def _json_safe(value: Any) -> Any:
     is not JSON, and the default handler failed on it (a 500); it is echoed as text."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, str) and not value.isascii():
+        # A lone surrogate (JSON's "\ud800" parses to one) cannot be encoded as UTF-8:
+        # echoed escaped.
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from spark_outbox.api.deps import Conn, EngineDep, Operator, Reader
-from spark_outbox.api.params import PAGE_LIMIT, Key, Name
+from spark_outbox.api.params import NO_NUL, PAGE_LIMIT, Key, Name
 from spark_outbox.api.responses import READ_ERRORS, WRITE_ERRORS
 from spark_outbox.api.schemas import (
     ActionCreate,
@@ -145,7 +145,11 @@ def operator_actions(
     before_id: Annotated[int | None, Query(ge=1, le=2**62, description="keyset: id <")] = None,
     actor: Annotated[
         str | None,
-        Query(max_length=200, description="only this actor's: `system` for the system's own"),
+        Query(
+            max_length=200,
+            pattern=NO_NUL,
+            description="only this actor's: `system` for the system's own",
+        ),
     ] = None,
 ) -> list[OperatorActionPublic]:
     """The audit trail of operator actions and of the changes the system makes by

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from spark_outbox.api.deps import Conn
+from spark_outbox.api.params import NO_NUL
 from spark_outbox.api.routes.ui import Session, render
 from spark_outbox.console import audit
 from spark_outbox.core.auditlog import SYSTEM_ACTOR
@@ -25,7 +26,7 @@ def audit_page(
     request: Request,
     conn: Conn,
     token: Session,
-    actor: Annotated[str | None, Query(max_length=200)] = None,
+    actor: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     before_id: Annotated[int | None, Query(ge=1, le=2**62)] = None,
 ) -> HTMLResponse:
     actor = actor or None

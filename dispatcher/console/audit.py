@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from spark_outbox.console.filters import Cursor, EffectFilter, check_limit
 from spark_outbox.core import masking, tracing
-from spark_outbox.core.errors import NotFound
+from spark_outbox.core.errors import InvalidRequest, NotFound
 from spark_outbox.core.schema import EFFECT_STATES
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -319,6 +319,8 @@ def operator_actions(
     """The trail, newest first (``actor``'s only, when given); ``support``: every URL
     in it masked (``masking``, rule 3), rows recorded before URLs were masked on the
     way in included."""
+    if actor is not None and "\x00" in actor:  # PostgreSQL's text holds no NUL
+        raise InvalidRequest("actor", "contains a NUL character", "give a name from the trail")
     params = {"limit": check_limit(limit), "before_id": before_id, "actor": actor}
     rows = conn.execute(_Q["operator_actions"], params)
     actions = [from_row(OperatorAction, r) for r in rows.mappings()]

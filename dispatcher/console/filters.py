@@ -20,6 +20,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from spark_outbox.core import timestamps
 from spark_outbox.core.errors import InvalidRequest
 from spark_outbox.core.schema import EFFECT_STATES
 
@@ -108,7 +109,7 @@ def _aware(field: str, value: dt.datetime | None) -> dt.datetime:
     if value.tzinfo is None:
         raise InvalidFilter(field, "has no time zone", "append Z or an offset like +01:00")
     # In UTC: PostgreSQL refuses offsets beyond 15:59 and seconds in one that ISO allows.
-    return value.astimezone(dt.UTC)
+    return timestamps.utc(field, value)
 
 
 def build_filter(

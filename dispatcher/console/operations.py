@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from spark_outbox.console import audit
 from spark_outbox.console.filters import EffectFilter
-from spark_outbox.core import endpoints, wakeup
+from spark_outbox.core import endpoints, timestamps, wakeup
 from spark_outbox.core.auditlog import check_reason, record_action
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
@@ -91,6 +91,7 @@ def _future(field: str, at: dt.datetime | None) -> dt.datetime | None:
         return None
     if at.tzinfo is None:
         raise InvalidRequest(field, f"{at.isoformat()} has no time zone", "append Z or +01:00")
+    at = timestamps.utc(field, at)  # what PostgreSQL takes (offsets to 15:59 only)
     if at <= dt.datetime.now(dt.UTC):
         raise InvalidRequest(field, f"{iso(at)} is not in the future", "give a later time")
     return at
@@ -156,6 +157,7 @@ def recover_endpoint(
     reason = check_reason(reason)
     if since.tzinfo is None:
         raise InvalidRequest("since", "has no time zone", "append Z or an offset like +01:00")
+    since = timestamps.utc("since", since)  # what PostgreSQL takes (offsets to 15:59 only)
     endpoints.get(conn, name)  # NotFound for an unknown name
     params = {"endpoint": name, "since": since}
     queries = ("count_dead_of_endpoint", "recover_dead_of_endpoint")

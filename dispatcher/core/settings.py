@@ -151,6 +151,61 @@ BREAKER_MIN_S = 0.001
 BREAKER_MAX_S = 86400.0
 
 
+_DAY, _YEAR = 86_400.0, 31_536_000.0
+
+
+def _check_ranges(s: Settings) -> None:
+    """Every number a dispatcher or the API runs on, refused at start outside a range
+    that works (NaN and infinity too): a lease of NaN or 1e308 once failed every claim,
+    a concurrency of 0 started a worker that never claimed, 99999999999d of retention
+    crashed the side task at its first pass, a port of 70000 served on another port."""
+    ranges: tuple[tuple[str, float, float, float, str], ...] = (
+        ("OUTBOX_CONCURRENCY", s.concurrency, 1, 10_000, "128"),
+        ("OUTBOX_CLAIM_BATCH_SIZE", s.claim_batch_size, 1, 10_000, "500"),
+        ("OUTBOX_PROCESSES", s.processes, 0, 1024, "0 (one per core)"),
+        ("OUTBOX_LEASE_S", s.lease_s, 1, _DAY, "60"),
+        ("OUTBOX_POLL_INTERVAL_S", s.poll_interval_s, 0.01, 3600, "1"),
+        ("OUTBOX_SHUTDOWN_TIMEOUT_S", s.shutdown_timeout_s, 0, _DAY, "30"),
+        ("OUTBOX_HEARTBEAT_INTERVAL_S", s.heartbeat_interval_s, 0.1, 3600, "5"),
+        ("OUTBOX_PROGRESS_INTERVAL_S", s.progress_interval_s, 0, _DAY, "30 (0: off)"),
+        ("OUTBOX_RETRY_AFTER_CAP_S", s.retry_after_cap_s, 0, 30 * _DAY, "3600"),
+        ("OUTBOX_AUTO_DISABLE_AFTER_S", s.auto_disable_after_s, 0, 10 * _YEAR, "0 (off)"),
+        ("OUTBOX_RETENTION_OLDER_THAN", s.retention_older_than_s, 0, 100 * _YEAR, "30d"),
+        ("OUTBOX_RETENTION_INTERVAL_S", s.retention_interval_s, 0, _YEAR, "3600"),
+        (
+            "OUTBOX_RETENTION_FORGET_KEYS_AFTER",
+            s.retention_forget_keys_after_s,
+            0,
+            100 * _YEAR,
+            "400d",
+        ),
+        ("OUTBOX_API_PORT", s.api_port, 0, 65_535, "8000"),
+    )
+    for name, value, low, high, example in ranges:
+        if not low <= value <= high:  # NaN fails it too
+            unit = "" if name.endswith(("CONCURRENCY", "SIZE", "PROCESSES", "PORT")) else " s"
+            raise ConfigurationError(
+                f"{name}={value:g}{unit} is out of range; use {low:g} to {high:g}{unit}, "
+                f"e.g. {example}"
+            )
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _check_logging(s: Settings) -> None:
+    if s.log_level.upper() not in LOG_LEVELS:
+        raise ConfigurationError(
+            f"OUTBOX_LOG_LEVEL={s.log_level!r} (or --log-level) is no log level; use one of "
+            f"{', '.join(LOG_LEVELS)}"
+        )
+    if s.log_format not in ("json", "text"):
+        raise ConfigurationError(
+            f"OUTBOX_LOG_FORMAT={s.log_format!r} (or --log-format) is no log format; use json"
+            " or text"
+        )
+
+
 def _check_lanes(s: Settings) -> None:
     if s.nondedup_concurrency < 1:
         raise ConfigurationError(
@@ -362,6 +417,8 @@ class Settings:
         _check_breaker(settings)
         _check_trace_url_template(settings.trace_url_template)
         _check_lanes(settings)
+        _check_ranges(settings)
+        _check_logging(settings)
         return settings
 
     @property

@@ -26,8 +26,64 @@ def load(path: str | Path) -> dict[str, str]:
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"{path}: query {name!r} is defined twice")
-        queries[name] = body.strip()
+        queries[name] = without_comments(body).strip()
     return queries
+
+
+def without_comments(sql: str) -> str:
+    """``sql`` less its ``--`` and ``/* */`` comments (a line comment's newline kept),
+    string literals, quoted names and dollar-quoted bodies untouched.
+
+    The comments say why a statement is written as it is, and name its parameters
+    (``:limit``); SQLAlchemy's ``text()`` binds a ``:name`` wherever it stands, and
+    psycopg2 puts the value in place, inside a comment too: a value with a newline
+    then ended the comment and the rest of it was SQL (an actor filter of the audit
+    trail, typed by any support user, could inject a statement). Without comments a
+    parameter is only ever where the statement uses it."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end  # the newline itself is kept
+        elif c == "/" and sql.startswith("/*", i):
+            depth, i = 1, i + 2  # PostgreSQL's block comments nest
+            while i < n and depth:
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+        elif c in "'\"":
+            end = i + 1
+            while end < n:  # a doubled quote is one quote inside
+                if sql[end] == c and sql.startswith(c * 2, end):
+                    end += 2
+                elif sql[end] == c:
+                    break
+                else:
+                    end += 1
+            out.append(sql[i : end + 1])
+            i = end + 1
+        elif c == "$" and (tag := _DOLLAR.match(sql, i)) and (i == 0 or not _word(sql[i - 1])):
+            end = sql.find(tag.group(0), tag.end())
+            end = n if end < 0 else end + len(tag.group(0))
+            out.append(sql[i:end])
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+_DOLLAR = re.compile(r"\$(?:[A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def beside(module_file: str, filename: str) -> dict[str, str]:
