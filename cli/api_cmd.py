@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from spark_outbox.cli.database import database_url
+from spark_outbox.cli.filter_args import port
 from spark_outbox.core import db, revisions
 from spark_outbox.core.settings import Settings
 
@@ -16,7 +17,7 @@ def register(sub: Any) -> None:
     cmds = p.add_subparsers(dest="api_command", required=True, metavar="ACTION")
     serve_p = cmds.add_parser("serve", help="serve the API (uvicorn); SIGTERM stops it cleanly")
     serve_p.add_argument("--host", help="bind address (default: $OUTBOX_API_HOST or 127.0.0.1)")
-    serve_p.add_argument("--port", type=int, help="port (default: $OUTBOX_API_PORT or 8000)")
+    serve_p.add_argument("--port", type=port, help="port (default: $OUTBOX_API_PORT or 8000)")
     serve_p.set_defaults(handler=serve, extras=("api",))
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from spark_outbox.cli import supervisor
 from spark_outbox.cli.database import database_url
+from spark_outbox.cli.filter_args import port
 from spark_outbox.core import db, revisions, tracing
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
@@ -58,7 +59,7 @@ def register(sub: Any) -> None:
     )
     run.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         help="serve Prometheus /metrics on this port (default: none, no metrics server)",
     )
     run.add_argument(

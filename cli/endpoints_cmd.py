@@ -247,7 +247,8 @@ def list_endpoints(args: argparse.Namespace, settings: Settings) -> int:
         state = "archived" if e.archived_at else state
         dedup = "deduplicates" if e.deduplicates else "no-dedup"
         where = e.url or f"{e.smtp_host}:{e.smtp_port}"
-        print(f"{e.name:24} {e.kind:8} {where:40} {dedup:12} {state}")
+        name, where, state = (output.cell(v) for v in (e.name, where, state))  # escaped
+        print(f"{name:24} {e.kind:8} {where:40} {dedup:12} {state}")
     return 0
 
 

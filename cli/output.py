@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from spark_outbox.core.outside import one_line
 from spark_outbox.core.timestamps import iso
 
 
@@ -24,7 +25,9 @@ def cell(value: object) -> str:
         return iso(value)
     if isinstance(value, dict | list):
         return compact(value)
-    return str(value).replace("\n", " ")
+    # Other controls escaped: a name stored before names were checked, or a receiver's
+    # text, must not move the cursor or recolour the operator's terminal.
+    return one_line(str(value).replace("\n", " "))
 
 
 def compact(value: object) -> str:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spark_outbox.cli.filter_args import port
 from spark_outbox.cli.tools.receipts import ReceiptLog, check_rate
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
@@ -38,13 +39,13 @@ def register(sub: Any) -> None:
     mcmds = m.add_subparsers(dest="mailcatcher_command", required=True, metavar="ACTION")
     mserve = mcmds.add_parser("serve", help="catch SMTP on loopback; stats over HTTP")
     _common(mserve, default_port=8025)
-    mserve.add_argument("--http-port", type=int, default=0, help="stats port (0: a free one)")
+    mserve.add_argument("--http-port", type=port, default=0, help="stats port (0: a free one)")
     mserve.set_defaults(handler=serve_mailcatcher, extras=("demo",))
 
 
 def _common(p: argparse.ArgumentParser, default_port: int) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=default_port, help="0: pick a free port")
+    p.add_argument("--port", type=port, default=default_port, help="0: pick a free port")
     p.add_argument("--fail-rate", type=float, default=0.0, help="fail this fraction, e.g. 0.05")
     p.add_argument("--seed", type=int, default=0, help="seed of the deterministic failures")
     p.add_argument(

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from spark_outbox.cli import output
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.console import admin, tokens
 from spark_outbox.core.schema import ROLES
@@ -77,7 +78,8 @@ def list_tokens(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(row))
         else:
             state = "revoked" if t.revoked_at else "live"
-            print(f"{t.name:20} {t.role:9} {state:8} last used {row['last_used_at'] or 'never'}")
+            name = output.cell(t.name)  # escaped: a name stored before names were checked
+            print(f"{name:20} {t.role:9} {state:8} last used {row['last_used_at'] or 'never'}")
     return 0
 
 

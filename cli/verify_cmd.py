@@ -19,6 +19,7 @@ from prometheus_client import (
 
 from spark_outbox.cli import output
 from spark_outbox.cli.database import engine_for
+from spark_outbox.cli.filter_args import port
 from spark_outbox.console import verify
 from spark_outbox.core import revisions
 from spark_outbox.core.errors import ConfigurationError
@@ -61,7 +62,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         help="serve /metrics on this port (default: none, no metrics server)",
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="address for --metrics-port")

@@ -12,9 +12,11 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+import unicodedata
 
 from sqlalchemy.engine import Connection, RowMapping
 
+from spark_outbox.core import outside
 from spark_outbox.core.auditlog import SYSTEM_ACTOR
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound, OutboxError
 from spark_outbox.core.schema import ROLES
@@ -71,7 +73,9 @@ def _check_name(name: str) -> str:
     stripped = name.strip()
     if not stripped:
         raise InvalidRequest("name", "is empty", "name the token after its holder, e.g. alice")
-    folded = stripped.casefold()
+    outside.check_name("name", stripped, "alice")
+    # Compatibility forms folded too: a fullwidth "ｕｉ:x" reads as "ui:x" in the trail.
+    folded = unicodedata.normalize("NFKC", stripped).casefold()
     if folded in RESERVED_NAMES or folded.startswith(RESERVED_PREFIXES):
         raise InvalidRequest(
             "name",

@@ -11,6 +11,7 @@ import re
 from spark_outbox.core.errors import InvalidRequest
 
 _UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_DURATION_S = 36_500 * 86_400.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
 
@@ -23,7 +24,14 @@ def parse_duration_s(field: str, text: str) -> float:
             f"{text!r} is not a duration",
             "write a number with a unit: 90s, 15m, 24h, 30d or 2w (plain numbers are seconds)",
         )
-    return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+    seconds = float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+    if seconds > MAX_DURATION_S:  # a timedelta or a timestamp of it would overflow
+        raise InvalidRequest(
+            field,
+            f"{text.strip()!r} is longer than 100 years",
+            "write a duration of at most 36500d",
+        )
+    return seconds
 
 
 def describe_s(seconds: float) -> str:

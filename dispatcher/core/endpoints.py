@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.engine import Connection, RowMapping
 
-from spark_outbox.core import bounds, wakeup
+from spark_outbox.core import bounds, outside, wakeup
 from spark_outbox.core.errors import Conflict, InvalidRequest, NotFound
 from spark_outbox.core.sqlfile import queries_beside
 
@@ -266,6 +266,7 @@ def checked_numbers(values: Mapping[str, Any]) -> dict[str, Any]:
 def _insert(conn: Connection, **values: Any) -> Endpoint:
     if not values["name"] or not values["name"].strip():
         raise InvalidRequest("name", "is empty", "name the endpoint, e.g. billing-webhook")
+    outside.check_name("name", values["name"], "billing-webhook")
     values |= checked_numbers(values)
     row = {
         "url": None,

@@ -58,14 +58,19 @@ def clean(
 
 # What ends a line for a log reader: \n and \r (``clean`` keeps \n: an excerpt's
 # lines and a multi-line SMTP reply read better so in the database), and the
-# Unicode line and paragraph separators, which ``clean`` does not escape.
-_LINE_BREAK = re.compile(r"[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+# Unicode line and paragraph separators, which ``clean`` does not escape; and what a
+# terminal obeys instead of showing: every other C0 and C1 control (ESC starts the
+# colour and cursor sequences that could rewrite a line already shown) and the
+# bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069).
+_LINE_BREAK = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def one_line(text: str) -> str:
-    """``text`` with every line break escaped (``\\n``): for a line-based log, where
-    a receiver's text with a newline could otherwise forge a line of its own (an SMTP
-    server's multi-line reply is one: its lines are joined with \\n)."""
+    """``text`` with every line break and terminal control escaped (``\\n``,
+    ``\\x1b``): for a line-based log or a terminal, where a receiver's text or a name
+    with a newline could otherwise forge a line of its own (an SMTP server's
+    multi-line reply is one: its lines are joined with \\n), or an escape sequence
+    rewrite one."""
     return _LINE_BREAK.sub(_escape_break, text) if _LINE_BREAK.search(text) else text
 
 
@@ -81,3 +86,28 @@ def failure(exc: BaseException) -> dict[str, Any]:
     where it was raised (frames only: our code, no receiver bytes)."""
     frames = "".join(traceback.format_tb(exc.__traceback__))
     return {"error": clean(f"{type(exc).__name__}: {exc}"), "where": frames[-2000:]}
+
+
+MAX_NAME_CHARS = 200
+
+
+def check_name(field: str, name: str, example: str) -> str:
+    """A name a person gives (an endpoint's, a token's) that lists, logs and the audit
+    trail show: at most 200 characters, every one printable. A name with a newline
+    once printed a forged row in ``outbox tokens list``; one with ESC sequences
+    recoloured or rewrote the operator's terminal; a bidirectional override showed it
+    reversed."""
+    from spark_outbox.core.errors import InvalidRequest
+
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidRequest(
+            field, f"is {len(name)} characters long", f"use at most {MAX_NAME_CHARS}"
+        )
+    for char in name:
+        if not char.isprintable():  # controls, format characters, separators but space
+            raise InvalidRequest(
+                field,
+                f"holds the character U+{ord(char):04X}, which is not shown as it is",
+                f"use letters, digits, spaces and punctuation only, e.g. {example}",
+            )
+    return name

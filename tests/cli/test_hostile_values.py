@@ -1,0 +1,119 @@
+"""Values an operator can type that once ended in a traceback, a forged line or a
+rewritten terminal (found by probing the CLI as an attacker would): ports above
+65535, durations of 99999999999 days, names with newlines, ESC sequences or
+bidirectional overrides, a fullwidth reserved token name. Each is refused in one line
+naming the field and the fix, and changes nothing; text shown from the database is
+escaped whatever it holds."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.engine import Engine
+
+from spark_outbox.cli.main import main
+from spark_outbox.cli.output import cell
+from spark_outbox.core.errors import InvalidRequest
+from spark_outbox.core.outside import check_name, one_line
+from tests.conftest import insert_endpoint
+
+WEBHOOK = ["--url", "https://partner.example.com/h"]
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], said: str) -> None:
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dispatcher", "run", "--metrics-port", "70000"],
+        ["verify", "--once", "--metrics-port", "99999999999999999999"],
+        ["api", "serve", "--port", "65536"],
+        ["receiver", "serve", "--port", "-1"],
+    ],
+)
+def test_a_port_out_of_range_is_an_argparse_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not a port: use 0 to 65535" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["purge", "--older-than", "99999999999d", "--dry-run"],
+        ["purge", "--older-than", "5000000w", "--dry-run"],
+        ["purge", "--older-than", "30d", "--forget-keys-older-than", "99999999999d"],
+    ],
+)
+def test_a_duration_longer_than_100_years_is_refused(
+    in_db: str, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main(argv) == 2
+    _one_line_error(capsys, "is longer than 100 years")
+
+
+NAMES = ["a\nb", "ops\radmin", "x\x1b[31mred", "evil\u202etxt", "zero\u200bwidth", "n" * 201]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_endpoint_name_a_terminal_would_not_show_as_it_is_is_refused(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    assert main(["endpoints", "add", "webhook", name, *WEBHOOK]) == 2
+    _one_line_error(capsys, "name: ")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM endpoints")).scalar() == 0
+
+
+@pytest.mark.parametrize("name", [*NAMES, "\uff55\uff49:x", "\uff53\uff59\uff53\uff54\uff45\uff4d"])
+def test_a_token_name_that_could_forge_a_line_or_an_actor_is_refused(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    assert main(["tokens", "create", "--name", name, "--role", "support"]) == 2
+    _one_line_error(capsys, "name: ")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar() == 0
+
+
+def test_a_name_stored_before_names_were_checked_is_listed_escaped(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    insert_endpoint(engine, "old\x1b[2K\rfake")
+    assert main(["endpoints", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "old\\x1b[2K\\rfake" in out and "\x1b" not in out and "\r" not in out
+
+
+TERMINAL_CONTROLS = {"Cc", "Zl", "Zp"}
+BIDI = {chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+@given(st.text())
+def test_nothing_shown_on_one_line_holds_a_control_or_a_bidirectional_override(
+    text: str,
+) -> None:
+    for shown in (one_line(text), cell(text)):
+        assert not any(unicodedata.category(c) in TERMINAL_CONTROLS for c in shown), shown
+        assert not BIDI & set(shown), shown
+
+
+@given(st.text(max_size=300))
+def test_a_name_is_taken_printable_or_refused_naming_the_field(text: str) -> None:
+    try:
+        taken = check_name("name", text, "alice")
+    except InvalidRequest as refused:
+        assert refused.field == "name"
+        return
+    assert taken.isprintable() and len(taken) <= 200
