@@ -29,7 +29,20 @@ from tests.conftest import insert_billing_endpoints
 
 pytestmark = pytest.mark.slow
 
-NOT_SOURCES = (".git", ".venv", ".outbox", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+# Never copied: the private clusters' and the benches' data (.outbox, .outbox-bench: the
+# 10M-effect history is 30 GB; a copy of it filled the disk under a run), Spark's.
+NOT_SOURCES = (
+    ".git",
+    ".venv",
+    ".outbox*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    "spark-warehouse",
+    "metastore_db",
+)
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:

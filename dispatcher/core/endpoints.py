@@ -117,7 +117,10 @@ class Endpoint:
 
 
 def check_webhook_url(url: str | None) -> str:
-    parts = urlsplit(url or "")
+    try:
+        parts = urlsplit(url or "")
+    except ValueError:  # "http://[::1": an unclosed IPv6 address
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(
             "url",
@@ -126,6 +129,17 @@ def check_webhook_url(url: str | None) -> str:
         )
     if parts.username or parts.password:
         raise InvalidRequest("url", "carries credentials", "remove user:password from the URL")
+    if any(c.isspace() or not c.isprintable() for c in url):  # type: ignore[union-attr]
+        # A CR LF in it once was stored and only refused at the first send.
+        raise InvalidRequest(
+            "url", "holds spaces or control characters", "percent-encode them (%20, %0D%0A)"
+        )
+    try:
+        parts.port  # noqa: B018  (raises for a port out of range)
+    except ValueError:
+        raise InvalidRequest(
+            "url", f"{url!r} has a port out of range", "use a port from 1 to 65535"
+        ) from None
     return url  # type: ignore[return-value]
 
 

@@ -254,10 +254,10 @@ def _check_retention(s: Settings) -> None:
         raise ConfigurationError(
             f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
         )
-    if not 0 < s.retention_pace <= 1:  # (NaN fails it too)
+    if not 0.01 <= s.retention_pace <= 1:  # (NaN fails it too); retention.MIN_PACE
         raise ConfigurationError(
             f"OUTBOX_RETENTION_PACE={s.retention_pace:g} is the share of the time the purge"
-            " works: use a number above 0 and at most 1, e.g. 0.25"
+            " works: use a number from 0.01 to 1, e.g. 0.25"
         )
     forget_s = s.retention_forget_keys_after_s
     if forget_s and not 0 < s.retention_older_than_s <= forget_s:

@@ -156,13 +156,18 @@ def _counted(done: Purged, step: str, got: Batch, seconds: float) -> Purged:
     return done.plus(seconds, effects=got.removed, attempts=got.attempts)
 
 
+MIN_PACE = 0.01
+
+
 def check_pace(pace: float, name: str) -> None:
-    """A pace is the share of wall time a purge works: above 0, at most 1."""
-    if not 0 < pace <= 1:  # (NaN fails it too)
+    """A pace is the share of wall time a purge works: from 0.01 (a batch, then a
+    rest 99 times as long) to 1. Smaller, the rest after a batch was for ever in effect
+    (1e-9) or overflowed the sleep (1e-308)."""
+    if not MIN_PACE <= pace <= 1:  # (NaN fails it too)
         raise InvalidRequest(
             name,
             f"{pace!r} is not a share of the time",
-            "use a number above 0 and at most 1: 1 purges as fast as it can, 0.25 works a "
+            f"use a number from {MIN_PACE:g} to 1: 1 purges as fast as it can, 0.25 works a "
             "quarter of the time and rests the rest",
         )
 

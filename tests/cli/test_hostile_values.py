@@ -117,3 +117,29 @@ def test_a_name_is_taken_printable_or_refused_naming_the_field(text: str) -> Non
         assert refused.field == "name"
         return
     assert taken.isprintable() and len(taken) <= 200
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://[::1", "is not an http(s) URL with a host"),
+        ("http://127.0.0.1:99999/", "has a port out of range"),
+        ("http://127.0.0.1:1/\r\nX-Evil: 1", "holds spaces or control characters"),
+        ("http://example.com/a b", "holds spaces or control characters"),
+    ],
+)
+def test_a_webhook_url_that_could_never_be_sent_to_is_refused_at_input(
+    in_db: str, engine: Engine, capsys: pytest.CaptureFixture[str], url: str, said: str
+) -> None:
+    assert main(["endpoints", "add", "webhook", "partner", "--url", url]) == 2
+    _one_line_error(capsys, said)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM endpoints")).scalar() == 0
+
+
+@pytest.mark.parametrize("pace", ["1e-308", "1e-9", "0.009"])
+def test_a_pace_that_would_rest_for_ever_is_refused(
+    in_db: str, capsys: pytest.CaptureFixture[str], pace: str
+) -> None:
+    assert main(["purge", "--older-than", "30d", "--pace", pace]) == 2
+    _one_line_error(capsys, "use a number from 0.01 to 1")
