@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 
 from spark_outbox.core.errors import InvalidRequest
@@ -10,8 +11,6 @@ from spark_outbox.core.errors import InvalidRequest
 def port(raw: str) -> int:
     """A TCP port flag (argparse ``type``): 0 to 65535, else argparse's one-line error
     (a port of 70000 once ended in a traceback from bind())."""
-    import argparse
-
     try:
         value = int(raw)
     except ValueError:

@@ -152,6 +152,9 @@ BREAKER_MAX_S = 86400.0
 
 
 _DAY, _YEAR = 86_400.0, 31_536_000.0
+# The least share of the time a purge works (a batch, then a rest 99 times as long);
+# retention.check_pace checks the command line's against it too.
+MIN_RETENTION_PACE = 0.01
 
 
 def _check_ranges(s: Settings) -> None:
@@ -254,7 +257,7 @@ def _check_retention(s: Settings) -> None:
         raise ConfigurationError(
             f"OUTBOX_RETENTION_INTERVAL_S={s.retention_interval_s:g} must be positive, e.g. 3600"
         )
-    if not 0.01 <= s.retention_pace <= 1:  # (NaN fails it too); retention.MIN_PACE
+    if not MIN_RETENTION_PACE <= s.retention_pace <= 1:  # (NaN fails it too)
         raise ConfigurationError(
             f"OUTBOX_RETENTION_PACE={s.retention_pace:g} is the share of the time the purge"
             " works: use a number from 0.01 to 1, e.g. 0.25"

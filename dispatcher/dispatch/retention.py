@@ -36,7 +36,7 @@ from sqlalchemy.engine import Engine
 from spark_outbox.core.auditlog import SYSTEM_ACTOR, record_action
 from spark_outbox.core.durations import describe_s
 from spark_outbox.core.errors import InvalidRequest
-from spark_outbox.core.settings import Settings
+from spark_outbox.core.settings import MIN_RETENTION_PACE, Settings
 from spark_outbox.core.sqlfile import queries_beside
 from spark_outbox.dispatch.dbcalls import DbCalls
 
@@ -156,19 +156,16 @@ def _counted(done: Purged, step: str, got: Batch, seconds: float) -> Purged:
     return done.plus(seconds, effects=got.removed, attempts=got.attempts)
 
 
-MIN_PACE = 0.01
-
-
 def check_pace(pace: float, name: str) -> None:
     """A pace is the share of wall time a purge works: from 0.01 (a batch, then a
     rest 99 times as long) to 1. Smaller, the rest after a batch was for ever in effect
     (1e-9) or overflowed the sleep (1e-308)."""
-    if not MIN_PACE <= pace <= 1:  # (NaN fails it too)
+    if not MIN_RETENTION_PACE <= pace <= 1:  # (NaN fails it too)
         raise InvalidRequest(
             name,
             f"{pace!r} is not a share of the time",
-            f"use a number from {MIN_PACE:g} to 1: 1 purges as fast as it can, 0.25 works a "
-            "quarter of the time and rests the rest",
+            f"use a number from {MIN_RETENTION_PACE:g} to 1: 1 purges as fast as it can, 0.25"
+            " works a quarter of the time and rests the rest",
         )
 
 
