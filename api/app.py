@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from spark_outbox.api import errors
+from spark_outbox.api.bodylimit import BodyLimit
 from spark_outbox.api.metrics import ApiMetrics
 from spark_outbox.api.routes import (
     admin,
@@ -64,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
+    app.add_middleware(BodyLimit)
     errors.install(app)
     for module in (
         status,

@@ -122,9 +122,16 @@ def _filter(args: argparse.Namespace) -> EffectFilter:
             if exc.field != "since":
                 raise
     until = until or dt.datetime.now(dt.UTC)
-    return build_filter(
-        since=since or until - dt.timedelta(days=MAX_RANGE_DAYS), until=until, **given
-    )
+    return build_filter(since=since or _days_before(until), until=until, **given)
+
+
+def _days_before(until: dt.datetime) -> dt.datetime:
+    """The default --since: MAX_RANGE_DAYS before --until, or the earliest instant
+    (``--until 0001-01-05T00:00:00Z`` once overflowed into a traceback)."""
+    try:
+        return until - dt.timedelta(days=MAX_RANGE_DAYS)
+    except OverflowError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def _connect(settings: Settings) -> Any:

@@ -58,10 +58,39 @@ def lookup(args: argparse.Namespace, settings: Settings) -> int:
     return 1 if missing else 0
 
 
+# Room for MAX_LOOKUP keys as reports print them, with room to spare; a larger file is
+# refused, not read whole (``--file /dev/zero`` once never returned).
+MAX_FILE_BYTES = 1 << 20
+
+
 def _read(path: str | None) -> list[str]:
     if path is None:
         return []
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    where = "standard input" if path == "-" else repr(path)
+    try:
+        if path == "-":
+            binary = getattr(sys.stdin, "buffer", None)  # (a test's StringIO has none)
+            raw = (
+                binary.read(MAX_FILE_BYTES + 1)
+                if binary is not None
+                else sys.stdin.read(MAX_FILE_BYTES + 1).encode()
+            )
+        else:
+            with Path(path).open("rb") as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigurationError(f"--file: cannot read {where} ({exc.strerror})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigurationError(
+            f"--file: {where} holds more than {MAX_FILE_BYTES // 1024} KiB; look up at most "
+            f"{lists.MAX_LOOKUP} keys at a time"
+        )
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise ConfigurationError(
+            f"--file: {where} is not UTF-8 text; give one key (or its start) a line"
+        ) from None
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 

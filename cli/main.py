@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from spark_outbox.cli import extras
-from spark_outbox.core import logs
+from spark_outbox.core import db, logs
 from spark_outbox.core.errors import ConfigurationError, OutboxError
 from spark_outbox.core.settings import Settings
 
@@ -157,7 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_args(args)
         logs.configure(settings.log_level, settings.log_format)
         extras.require(getattr(args, "extras", ()), _command_line(parser, args))
-        return int(args.handler(args, settings) or 0)
+        # A command that meets an unreachable database says so in one line, whichever
+        # command it is (five once ended in the driver's traceback).
+        with db.translated():
+            return int(args.handler(args, settings) or 0)
     except OutboxError as exc:
         print(f"outbox: error: {exc}", file=sys.stderr)
         return 2

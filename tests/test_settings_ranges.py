@@ -89,3 +89,19 @@ def test_any_number_is_taken_finite_or_refused_naming_its_variable(name: str, va
     field = name.removeprefix("OUTBOX_").lower()
     taken = getattr(settings, field)
     assert math.isfinite(taken) and taken >= 0, (name, value)
+
+
+@given(st.text(max_size=80))
+def test_any_database_url_is_taken_usable_or_refused_naming_it(rest: str) -> None:
+    """Whatever follows the scheme: refused in one line naming DATABASE_URL, without
+    the password, or an engine can be built from it (no connection is made)."""
+    from spark_outbox.core import db
+
+    url = f"postgresql://u:s3cret@{rest}"
+    try:
+        Settings.from_env({"DATABASE_URL": url, "HOME": "/nonexistent"})
+    except ConfigurationError as refused:
+        assert str(refused).startswith("DATABASE_URL "), refused
+        assert "s3cret" not in str(refused)
+        return
+    db.create_engine(url).dispose()

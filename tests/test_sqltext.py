@@ -36,9 +36,9 @@ def _statement_files() -> list[Path]:
 
 @pytest.mark.parametrize("path", _statement_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_loaded_statement_keeps_a_comment(path: Path) -> None:
+    # A statement with a comment left in it would lose it to the scanner again.
     for name, sql in sqltext.load(path).items():
         assert without_comments(sql) == sql, name
-        assert "--" not in sql.replace("'--", "").replace('"--', "") or "$" in sql, name
 
 
 def test_a_value_with_a_newline_is_only_a_value(engine: Engine) -> None:

@@ -40,6 +40,37 @@ def require_url(url: str) -> str:
     return url
 
 
+URL_EXAMPLE = "postgresql://USER@HOST:5432/DATABASE"
+
+
+def check_url(url: str, setting: str = "DATABASE_URL") -> str:
+    """``url`` if it is a PostgreSQL URL this project can connect with, else a
+    ``ConfigurationError`` naming ``setting`` and the fix (a garbage, MySQL or SQLite URL
+    once ended in the driver's traceback at the first connection). The URL is shown
+    only with its password masked."""
+    shown = redact(url)
+    try:
+        parsed = make_url(sqlalchemy_url(url))
+        port = parsed.port
+    except (ValueError, sa.exc.ArgumentError):
+        raise ConfigurationError(
+            f"{setting} ({shown}) is not a database URL; write it as {URL_EXAMPLE} (several "
+            "hosts: ?host=h1:5432&host=h2:5432)"
+        ) from None
+    if parsed.drivername != "postgresql+psycopg2":
+        raise ConfigurationError(
+            f"{setting} names {parsed.drivername!r}; spark-outbox runs on PostgreSQL: "
+            f"write it as {URL_EXAMPLE}"
+        )
+    if port is not None and not 1 <= port <= 65_535:
+        raise ConfigurationError(f"{setting} has port {port}; use a port from 1 to 65535")
+    if any(c.isspace() or not c.isprintable() for c in parsed.host or ""):
+        raise ConfigurationError(
+            f"{setting} has spaces or control characters in its host; remove them"
+        )
+    return url
+
+
 def sqlalchemy_url(url: str) -> str:
     """Accept plain ``postgresql://`` / ``postgres://`` URLs; pin the psycopg2 driver."""
     parsed = make_url(url.replace("postgres://", "postgresql://", 1))

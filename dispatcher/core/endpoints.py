@@ -135,11 +135,13 @@ def check_webhook_url(url: str | None) -> str:
             "url", "holds spaces or control characters", "percent-encode them (%20, %0D%0A)"
         )
     try:
-        parts.port  # noqa: B018  (raises for a port out of range)
+        port = parts.port  # raises for a port out of range
     except ValueError:
+        port = 0
+    if port == 0:
         raise InvalidRequest(
             "url", f"{url!r} has a port out of range", "use a port from 1 to 65535"
-        ) from None
+        )
     return url  # type: ignore[return-value]
 
 
@@ -244,6 +246,13 @@ def check_email_settings(
     """An e-mail endpoint's SMTP settings, together (on add and on every update)."""
     if not isinstance(smtp_host, str) or not smtp_host.strip():
         raise InvalidRequest("smtp_host", "is empty", "give the SMTP server's host name")
+    if len(smtp_host) > 253 or any(c.isspace() or not c.isprintable() for c in smtp_host):
+        # A CR LF in it was once stored, and only failed at every send.
+        raise InvalidRequest(
+            "smtp_host",
+            "holds spaces or control characters, or is longer than a host name",
+            "give the SMTP server's host name or address alone, e.g. smtp.example.com",
+        )
     if smtp_tls not in ("none", "starttls", "tls"):
         raise InvalidRequest(
             "smtp_tls", f"{smtp_tls!r} is not a TLS mode", "use none, starttls or tls"
@@ -255,11 +264,17 @@ def check_email_settings(
             "use starttls or tls, or opt in explicitly with smtp_allow_plaintext_auth=true "
             "(the CLI's --smtp-allow-plaintext-auth; a trusted local relay only)",
         )
-    if not isinstance(mail_from, str) or "@" not in mail_from:
+    if (
+        not isinstance(mail_from, str)
+        or "@" not in mail_from
+        or not mail_from.isprintable()
+        or len(mail_from) > 998  # RFC 5322's longest line
+    ):
         raise InvalidRequest(
             "mail_from",
-            f"{mail_from!r} is not an address",
-            "give an address like billing@example.com",
+            f"{mail_from!r}"[:200]
+            + " is not an address (or holds a line break or control character)",
+            "give an address like billing@example.com or Billing <billing@example.com>",
         )
 
 

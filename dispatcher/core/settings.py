@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_outbox.core import bounds
-from spark_outbox.core.db import redact
+from spark_outbox.core.db import check_url, redact
 from spark_outbox.core.durations import parse_duration_s
 from spark_outbox.core.errors import ConfigurationError, InvalidInput
 
@@ -422,6 +422,12 @@ class Settings:
         _check_lanes(settings)
         _check_ranges(settings)
         _check_logging(settings)
+        for name, url in (
+            ("DATABASE_URL", settings.database_url),
+            ("OUTBOX_LISTEN_DATABASE_URL", settings.listen_database_url),
+        ):
+            if url:
+                check_url(url, name)
         return settings
 
     @property

@@ -8,6 +8,7 @@ escaped whatever it holds."""
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -124,6 +125,7 @@ def test_a_name_is_taken_printable_or_refused_naming_the_field(text: str) -> Non
     [
         ("http://[::1", "is not an http(s) URL with a host"),
         ("http://127.0.0.1:99999/", "has a port out of range"),
+        ("http://127.0.0.1:0/", "has a port out of range"),
         ("http://127.0.0.1:1/\r\nX-Evil: 1", "holds spaces or control characters"),
         ("http://example.com/a b", "holds spaces or control characters"),
     ],
@@ -143,3 +145,111 @@ def test_a_pace_that_would_rest_for_ever_is_refused(
 ) -> None:
     assert main(["purge", "--older-than", "30d", "--pace", pace]) == 2
     _one_line_error(capsys, "use a number from 0.01 to 1")
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("garbage", "DATABASE_URL (<a database URL that does not parse>) is not a database URL"),
+        ("mysql://u:s3cret@db.example.com/app", "names 'mysql'; spark-outbox runs on PostgreSQL"),
+        ("sqlite:///outbox.db", "names 'sqlite'"),
+        ("postgresql://u:s3cret@[::1/app", "is not a database URL"),
+        ("postgresql://u:s3cret@db.example.com:99999/app", "has port 99999"),
+        ("postgresql://u@db.example.com:0/app", "has port 0"),
+    ],
+)
+def test_a_database_url_that_is_no_postgresql_url_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str, said: str
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["endpoints", "list"]) == 2
+    _one_line_error(capsys, said)
+    assert "s3cret" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["endpoints", "list"],
+        ["endpoints", "show", "billing-webhook"],
+        ["tokens", "list"],
+        ["purge", "--older-than", "30d"],
+        ["reconcile", "billing"],
+        ["db", "upgrade"],
+    ],
+)
+def test_an_unreachable_database_is_one_line_whichever_command_meets_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u:s3cret@127.0.0.1:1/app")
+    assert main(argv) == 2
+    _one_line_error(capsys, "the database is unavailable")
+
+
+def test_a_default_window_before_the_first_instant_starts_at_it(
+    in_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["effects", "list", "--endpoint", "x", "--until", "0001-01-05T00:00:00Z"]
+    assert main(argv) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_until_out_of_range_in_utc_is_refused_naming_it(
+    in_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["effects", "list", "--endpoint", "x", "--until", "0001-01-01T00:00:00+05:00"]
+    assert main(argv) == 2
+    _one_line_error(capsys, "until")
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("missing", "cannot read"),
+        ("directory", "cannot read"),
+        ("/dev/zero", "holds more than 1024 KiB"),
+        ("binary", "is not UTF-8 text"),
+    ],
+)
+def test_a_lookup_file_that_cannot_be_keys_is_refused_in_one_line(
+    in_db: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    where: str,
+    said: str,
+) -> None:
+    paths = {
+        "missing": tmp_path / "nope.txt",
+        "directory": tmp_path,
+        "/dev/zero": Path("/dev/zero"),
+        "binary": tmp_path / "keys.bin",
+    }
+    paths["binary"].write_bytes(b"\xff\xfe13dd1f9d\n")
+    assert main(["effects", "lookup", "--file", str(paths[where])]) == 2
+    _one_line_error(capsys, f"--file: {said}" if said == "cannot read" else said)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--smtp-host", "smtp.example.com\r\nRSET", "smtp_host"),
+        ("--smtp-host", "smtp example.com", "smtp_host"),
+        ("--mail-from", "billing@example.com\r\nBcc: all@example.com", "mail_from"),
+    ],
+)
+def test_an_email_endpoint_with_a_line_break_in_its_server_or_sender_is_refused(
+    in_db: str,
+    engine: Engine,
+    capsys: pytest.CaptureFixture[str],
+    flag: str,
+    value: str,
+    field: str,
+) -> None:
+    given = {"--smtp-host": "smtp.example.com", "--mail-from": "billing@example.com"}
+    given[flag] = value
+    argv = ["endpoints", "add", "email", "mail", "--smtp-port", "25"]
+    argv += [part for pair in given.items() for part in pair]
+    assert main(argv) == 2
+    _one_line_error(capsys, f"{field}: ")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM endpoints")).scalar() == 0
