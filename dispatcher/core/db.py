@@ -49,6 +49,10 @@ def check_url(url: str, setting: str = "DATABASE_URL") -> str:
     once ended in the driver's traceback at the first connection). The URL is shown
     only with its password masked."""
     shown = redact(url)
+    if url.startswith("jdbc:"):
+        raise ConfigurationError(
+            f"{setting} is a JDBC URL; drop the jdbc: prefix, e.g. {URL_EXAMPLE}"
+        )
     try:
         parsed = make_url(sqlalchemy_url(url))
         port = parsed.port

@@ -68,6 +68,7 @@ class OutboxSink:
     volume_guard: VolumeGuard = dataclasses.field(default_factory=VolumeGuard)
 
     def __post_init__(self) -> None:
+        db.check_url(self.database_url, "database_url")  # at construction, not mid-batch
         if self.on_invalid not in ("reject", "fail"):
             raise ConfigurationError(f"on_invalid={self.on_invalid!r}: use 'reject' or 'fail'")
         bound = self.max_connections

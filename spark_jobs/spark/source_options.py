@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from spark_outbox.core import db
 from spark_outbox.core.errors import InvalidInput
 from spark_outbox.spark.contract import COLUMNS as EFFECT_COLUMNS
 from spark_outbox.spark.contract import OPTIONAL_TIMES, REQUIRED
@@ -170,7 +171,7 @@ def database_url(options: Mapping[str, str]) -> str:
             "missing, and DATABASE_URL is not set where the driver runs",
             "set DATABASE_URL for the driver (the Connect server) or add the option",
         )
-    return url
+    return db.check_url(url, "option database_url (or DATABASE_URL)")
 
 
 def _results(given: dict[str, str]) -> ResultsSpec | None:
