@@ -69,12 +69,7 @@ def _read(path: str | None) -> list[str]:
     where = "standard input" if path == "-" else repr(path)
     try:
         if path == "-":
-            binary = getattr(sys.stdin, "buffer", None)  # (a test's StringIO has none)
-            raw = (
-                binary.read(MAX_FILE_BYTES + 1)
-                if binary is not None
-                else sys.stdin.read(MAX_FILE_BYTES + 1).encode()
-            )
+            raw = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
         else:
             with Path(path).open("rb") as f:
                 raw = f.read(MAX_FILE_BYTES + 1)

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic.config import Config
 from sqlalchemy.engine import Engine, make_url
 
-from spark_outbox.core import pgterse
+from spark_outbox.core import outside, pgterse
 from spark_outbox.core.errors import ConfigurationError, DatabaseUnavailable, UpgradeBlocked
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def check_url(url: str, setting: str = "DATABASE_URL") -> str:
         )
     if port is not None and not 1 <= port <= 65_535:
         raise ConfigurationError(f"{setting} has port {port}; use a port from 1 to 65535")
-    if any(c.isspace() or not c.isprintable() for c in parsed.host or ""):
+    if outside.has_space_or_control(parsed.host or ""):
         raise ConfigurationError(
             f"{setting} has spaces or control characters in its host; remove them"
         )

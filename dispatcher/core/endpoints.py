@@ -129,7 +129,7 @@ def check_webhook_url(url: str | None) -> str:
         )
     if parts.username or parts.password:
         raise InvalidRequest("url", "carries credentials", "remove user:password from the URL")
-    if any(c.isspace() or not c.isprintable() for c in url):  # type: ignore[union-attr]
+    if outside.has_space_or_control(url):  # type: ignore[arg-type]
         # A CR LF in it once was stored and only refused at the first send.
         raise InvalidRequest(
             "url", "holds spaces or control characters", "percent-encode them (%20, %0D%0A)"
@@ -246,7 +246,7 @@ def check_email_settings(
     """An e-mail endpoint's SMTP settings, together (on add and on every update)."""
     if not isinstance(smtp_host, str) or not smtp_host.strip():
         raise InvalidRequest("smtp_host", "is empty", "give the SMTP server's host name")
-    if len(smtp_host) > 253 or any(c.isspace() or not c.isprintable() for c in smtp_host):
+    if len(smtp_host) > 253 or outside.has_space_or_control(smtp_host):
         # A CR LF in it was once stored, and only failed at every send.
         raise InvalidRequest(
             "smtp_host",

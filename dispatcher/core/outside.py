@@ -91,6 +91,13 @@ def failure(exc: BaseException) -> dict[str, Any]:
 MAX_NAME_CHARS = 200
 
 
+def has_space_or_control(text: str) -> bool:
+    """True when ``text`` holds whitespace or a character not shown as it is: what no
+    URL, host name or address may hold (a CR LF in one was once stored and only
+    failed at every send)."""
+    return any(c.isspace() or not c.isprintable() for c in text)
+
+
 def check_name(field: str, name: str, example: str) -> str:
     """A name a person gives (an endpoint's, a token's) that lists, logs and the audit
     trail show: at most 200 characters, every one printable. A name with a newline

@@ -57,7 +57,8 @@ def test_effects_show_takes_a_keys_printed_start_and_lookup_resolves_many_at_onc
     assert main(["effects", "show", key[:12] + "…"]) == 0
     assert f"idempotency_key  {key}" in capsys.readouterr().out
     asked = [many[1][:12] + "…", many[2], "not-a-key", "0123456789abcdef"]
-    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(asked[2:]) + "\n"))
+    keys = ("\n".join(asked[2:]) + "\n").encode()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(keys)))
     assert main(["effects", "lookup", *asked[:2], "--file", "-"]) == 1  # two name nothing
     out, err = capsys.readouterr()
     rows = out.splitlines()[1:]
