@@ -15,7 +15,6 @@ from typing import Any
 
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.console import holds
-from spark_outbox.core import db
 from spark_outbox.core.settings import Settings
 
 
@@ -43,7 +42,7 @@ def register(sub: Any) -> None:
 def list_held(args: argparse.Namespace, settings: Settings) -> int:
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             found = holds.held_batches(conn)
     finally:
         engine.dispose()
@@ -64,7 +63,7 @@ def decide(args: argparse.Namespace, settings: Settings) -> int:
     action = holds.release if args.action == "release" else holds.cancel
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.begin() as conn:
+        with engine.begin() as conn:
             done = action(
                 conn,
                 args.job,

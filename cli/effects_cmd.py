@@ -144,7 +144,7 @@ def list_effects(args: argparse.Namespace, settings: Settings) -> int:
     flt = _filter(args)
     engine = _connect(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             page = audit.search(conn, flt, limit=args.limit, cursor=args.cursor)
             total = lists.count(conn, flt) if page.next_cursor or args.cursor else None
     finally:
@@ -165,7 +165,7 @@ def show_effect(args: argparse.Namespace, settings: Settings) -> int:
 
     engine = _connect(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             detail = audit.effect_detail(conn, lookup_cmd.one_key(conn, args.key))
     finally:
         engine.dispose()
@@ -216,7 +216,7 @@ def list_rejects(args: argparse.Namespace, settings: Settings) -> int:
 
     engine = _connect(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             page = rejects.of_batch(
                 conn, args.job, args.batch_id, limit=args.limit, cursor=args.cursor
             )
@@ -236,7 +236,7 @@ def list_rejects(args: argparse.Namespace, settings: Settings) -> int:
 def requeue_rejects(args: argparse.Namespace, settings: Settings) -> int:
     engine = _connect(settings)
     try:
-        with db.translated(), engine.begin() as conn:
+        with engine.begin() as conn:
             done = rejects.requeue(
                 conn,
                 args.job,

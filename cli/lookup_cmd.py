@@ -18,7 +18,6 @@ from sqlalchemy.engine import Connection
 from spark_outbox.cli import output
 from spark_outbox.cli.database import engine_for
 from spark_outbox.console import lists
-from spark_outbox.core import db
 from spark_outbox.core.errors import ConfigurationError, Conflict, NotFound
 from spark_outbox.core.settings import Settings
 
@@ -43,7 +42,7 @@ def lookup(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError("lookup: give keys as arguments or with --file PATH (- for stdin)")
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             found = lists.lookup(conn, asked)
     finally:
         engine.dispose()

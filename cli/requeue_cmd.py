@@ -14,7 +14,7 @@ from typing import Any
 
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.console import operations
-from spark_outbox.core import db, timestamps
+from spark_outbox.core import timestamps
 from spark_outbox.core.settings import Settings
 
 
@@ -36,7 +36,7 @@ def requeue(args: argparse.Namespace, settings: Settings) -> int:
     )
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.begin() as conn:
+        with engine.begin() as conn:
             operations.requeue(
                 conn, args.key, actor=cli_actor(), reason=args.reason, expires_at=expires_at
             )

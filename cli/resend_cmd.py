@@ -21,7 +21,6 @@ from spark_outbox.cli.filter_args import instant
 from spark_outbox.cli.lookup_cmd import one_key
 from spark_outbox.console import resend
 from spark_outbox.console.filters import build_filter
-from spark_outbox.core import db
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 
@@ -69,7 +68,7 @@ def resend_effects(args: argparse.Namespace, settings: Settings) -> int:
         )
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.begin() as conn:
+        with engine.begin() as conn:
             if args.key is not None:
                 key = one_key(conn, args.key)
                 done = resend.resend(

@@ -246,7 +246,7 @@ def _check_endpoints(url: str) -> None:
 
     engine = db.create_engine(url, pool_size=1)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             known = {e.name for e in endpoints.list_all(conn)}
     finally:
         engine.dispose()

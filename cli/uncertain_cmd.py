@@ -17,7 +17,6 @@ from typing import Any
 from spark_outbox.cli import output
 from spark_outbox.cli.database import cli_actor, engine_for
 from spark_outbox.console import uncertain
-from spark_outbox.core import db
 from spark_outbox.core.errors import ConfigurationError
 from spark_outbox.core.settings import Settings
 
@@ -61,7 +60,7 @@ def register(cmds: Any) -> None:
 def list_uncertain(args: argparse.Namespace, settings: Settings) -> int:
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.connect() as conn:
+        with engine.connect() as conn:
             found = uncertain.listed(conn, limit=args.limit)
     finally:
         engine.dispose()
@@ -86,7 +85,7 @@ def resolve(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigurationError("resolve: give an idempotency key or --endpoint NAME (one)")
     engine = engine_for(settings)
     try:
-        with db.translated(), engine.begin() as conn:
+        with engine.begin() as conn:
             if args.key is not None:
                 done = uncertain.resolve(
                     conn,

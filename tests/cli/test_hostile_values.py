@@ -176,6 +176,15 @@ def test_a_database_url_that_is_no_postgresql_url_is_refused_in_one_line(
         ["purge", "--older-than", "30d"],
         ["reconcile", "billing"],
         ["db", "upgrade"],
+        ["effects", "list", "--endpoint", "billing-webhook"],
+        ["effects", "show", "a" * 64],
+        ["effects", "uncertain"],
+        ["effects", "lookup", "a" * 64],
+        ["effects", "resend", "a" * 64, "--reason", "drill"],
+        ["effects", "requeue", "a" * 64, "--reason", "drill"],
+        ["rejects", "list", "--job", "billing", "--batch-id", "2026-01-01"],
+        ["batches", "held"],
+        ["batches", "release", "billing", "2026-01-01", "--reason", "drill"],
     ],
 )
 def test_an_unreachable_database_is_one_line_whichever_command_meets_it(
